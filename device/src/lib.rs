@@ -1,2 +1,37 @@
+//! warpalloc's device side: what runs inside a kernel.
+//!
+//! One source for two targets. Built for `nvptx64-nvidia-cuda` (with
+//! `warpalloc-builder`) every hardware operation is an NVVM intrinsic or PTX;
+//! built for the host, the same code runs on the CPU warp simulator
+//! (`warpalloc-sim`), lane by lane, with switch points at every collective and
+//! atomic.
+//!
+//! ```text
+//!   kernel code (kernels-tests, your crate)
+//!        │  kernel!{} entry points
+//!        ▼
+//!   simt  ── lanes, warps, collectives, sleep, clock ──┬── nvptx: intrinsics / asm
+//!   sync  ── atomics and scoped fences (loom-able)  ───┴── host:  warpalloc-sim
+//! ```
+//!
+//! The unsafe code that touches hardware lives in `simt::nvptx`, `sync` and
+//! `panic`; everything above them is portable.
+
 #![no_std]
-//! skeleton
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(asm_experimental_arch, link_llvm_intrinsics)
+)]
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
+#![warn(missing_docs)]
+
+pub mod kernel;
+#[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
+mod panic;
+pub mod simt;
+pub mod sync;
+
+/// Re-exported for `kernel!`'s expansion and for hosts that launch kernels
+/// in the simulator.
+#[cfg(not(target_arch = "nvptx64"))]
+pub use warpalloc_sim as sim;

@@ -1,0 +1,280 @@
+//! SIMT primitives: what the allocator and kernels need from the hardware.
+//!
+//! One API, two backends chosen at compile time: `nvptx` (NVVM intrinsics and
+//! PTX `asm!`) when built for `nvptx64-nvidia-cuda`, `sim` (the CPU warp
+//! simulator) otherwise.
+//!
+//! Two kinds of lane sets, never mixed up in names:
+//! * `lane_mask` — *who is here*: the lanes executing this code together, as
+//!   [`activemask`] returned it once per operation. Read it once and pass it
+//!   down: on Volta and later, lanes do not reconverge on their own, and two
+//!   reads may differ.
+//! * `uniform` — *who shares a target*: the subset of `lane_mask` that agrees
+//!   on a value, from [`match_any_u32`] / [`match_any_u64`].
+//!
+//! Every sync collective takes the `lane_mask` of the lanes that execute it;
+//! each of those lanes must reach the same collective with the same mask (on
+//! the GPU anything else hangs or returns garbage; the simulator reports it).
+
+#[cfg(target_arch = "nvptx64")]
+#[path = "nvptx.rs"]
+mod imp;
+#[cfg(not(target_arch = "nvptx64"))]
+#[path = "sim.rs"]
+mod imp;
+
+/// Lanes in a warp.
+pub const WARP_SIZE: u32 = 32;
+
+/// A three-dimensional index or extent (`threadIdx`, `blockDim`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Dim3 {
+    /// x
+    pub x: u32,
+    /// y
+    pub y: u32,
+    /// z
+    pub z: u32,
+}
+
+impl Dim3 {
+    /// The product x·y·z.
+    #[inline(always)]
+    pub fn volume(self) -> u64 {
+        u64::from(self.x) * u64::from(self.y) * u64::from(self.z)
+    }
+
+    /// The linear index of `index` within an extent `self` (x fastest).
+    #[inline(always)]
+    pub fn linear(self, index: Dim3) -> u64 {
+        u64::from(index.x)
+            + u64::from(self.x) * (u64::from(index.y) + u64::from(self.y) * u64::from(index.z))
+    }
+}
+
+/// The scope of a fence: which observers it orders memory for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every thread of the GPU (`.gpu`): device-only state, such as slabs.
+    Gpu,
+    /// The GPU, its peers and the host (`.sys`): state the host reads, such
+    /// as the RPC mailbox.
+    System,
+}
+
+/// The caller's lane index within its warp, 0..32.
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    imp::lane_id()
+}
+
+/// Lanes with an index below the caller's: `(1 << lane_id()) - 1`.
+#[inline(always)]
+pub fn lanemask_lt() -> u32 {
+    (1u32 << lane_id()) - 1
+}
+
+/// `threadIdx`.
+#[inline(always)]
+pub fn thread_idx() -> Dim3 {
+    imp::thread_idx()
+}
+
+/// `blockIdx`.
+#[inline(always)]
+pub fn block_idx() -> Dim3 {
+    imp::block_idx()
+}
+
+/// `blockDim`.
+#[inline(always)]
+pub fn block_dim() -> Dim3 {
+    imp::block_dim()
+}
+
+/// `gridDim`.
+#[inline(always)]
+pub fn grid_dim() -> Dim3 {
+    imp::grid_dim()
+}
+
+/// The caller's thread index within its block, linearised (x fastest).
+#[inline(always)]
+pub fn thread_linear() -> u32 {
+    block_dim().linear(thread_idx()) as u32
+}
+
+/// The caller's block index within the grid, linearised (x fastest).
+#[inline(always)]
+pub fn block_linear() -> u64 {
+    grid_dim().linear(block_idx())
+}
+
+/// The caller's thread index within the grid.
+#[inline(always)]
+pub fn global_thread_id() -> u64 {
+    block_linear() * block_dim().volume() + u64::from(thread_linear())
+}
+
+/// The caller's warp index within its block.
+#[inline(always)]
+pub fn warp_id() -> u32 {
+    thread_linear() / WARP_SIZE
+}
+
+/// The lanes of the caller's warp that exist: all 32, except in a block whose
+/// size is not a multiple of 32, where the last warp is partial. (Which of
+/// them are *here* is [`activemask`]'s question.)
+#[inline(always)]
+pub fn warp_mask() -> u32 {
+    let threads = block_dim().volume();
+    let first = u64::from(warp_id()) * u64::from(WARP_SIZE);
+    let count = (threads - first).min(u64::from(WARP_SIZE)) as u32;
+    if count == WARP_SIZE {
+        u32::MAX
+    } else {
+        (1u32 << count) - 1
+    }
+}
+
+/// The lanes of the caller's warp executing this call together. Any subset of
+/// the warp's live lanes that includes the caller is possible (Volta's
+/// independent thread scheduling); read it once per operation and pass it
+/// down.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn activemask() -> u32 {
+    imp::activemask()
+}
+
+/// Bit `i` set iff lane `i` of `lane_mask` passes `pred == true`.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn ballot(lane_mask: u32, pred: bool) -> u32 {
+    imp::ballot(lane_mask, pred)
+}
+
+/// The lanes of `lane_mask` whose `key` equals the caller's: the caller's
+/// `uniform` set.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn match_any_u32(lane_mask: u32, key: u32) -> u32 {
+    imp::match_any_u32(lane_mask, key)
+}
+
+/// The lanes of `lane_mask` whose 64-bit `key` equals the caller's.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn match_any_u64(lane_mask: u32, key: u64) -> u32 {
+    imp::match_any_u64(lane_mask, key)
+}
+
+/// `value` as held by lane `src_lane`, which must be in `lane_mask`.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn shfl_u32(lane_mask: u32, value: u32, src_lane: u32) -> u32 {
+    imp::shfl_u32(lane_mask, value, src_lane)
+}
+
+/// 64-bit [`shfl_u32`].
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn shfl_u64(lane_mask: u32, value: u64, src_lane: u32) -> u64 {
+    imp::shfl_u64(lane_mask, value, src_lane)
+}
+
+/// A pointer as held by lane `src_lane`, which must be in `lane_mask`.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn shfl_ptr<T>(lane_mask: u32, ptr: *mut T, src_lane: u32) -> *mut T {
+    // Pointers are 64-bit on nvptx64 and on every supported host.
+    let addr = shfl_u64(lane_mask, ptr as usize as u64, src_lane);
+    ptr.with_addr(addr as usize)
+}
+
+/// Lane `leader`'s `value` to every lane of `lane_mask`: a [`shfl_u32`] from
+/// the lane that did the work for the group.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn broadcast_u32(lane_mask: u32, value: u32, leader: u32) -> u32 {
+    shfl_u32(lane_mask, value, leader)
+}
+
+/// The lowest lane of a non-empty mask: the conventional leader of a group.
+#[inline(always)]
+pub fn leader(mask: u32) -> u32 {
+    mask.trailing_zeros()
+}
+
+/// Whether the caller is the lowest lane of `mask`.
+#[inline(always)]
+pub fn is_leader(mask: u32) -> bool {
+    leader(mask) == lane_id()
+}
+
+/// Waits until every lane of `lane_mask` has reached a `syncwarp` with the
+/// same mask, and orders their memory accesses around it.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn syncwarp(lane_mask: u32) {
+    imp::syncwarp(lane_mask)
+}
+
+/// Suspends the lane for about `nanoseconds` (at most ~1 ms on the GPU).
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn nanosleep(nanoseconds: u32) {
+    imp::nanosleep(nanoseconds)
+}
+
+/// A nanosecond clock (`%globaltimer` on the GPU; virtual in deterministic
+/// simulator launches). A source of entropy and of timeouts, not of ordering.
+#[inline(always)]
+pub fn clock() -> u64 {
+    imp::clock()
+}
+
+/// An acquire-release fence of the given scope. Pairs a relaxed
+/// read-modify-write with the accesses around it (LLVM drops the ordering of
+/// read-modify-writes on nvptx64, so the `sync` facade makes them relaxed and
+/// code orders them with fences; see `sync`).
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn fence_acq_rel(scope: Scope) {
+    crate::sync::fence(core::sync::atomic::Ordering::AcqRel, scope)
+}
+
+/// Exponential backoff for spin-waits: `nanosleep` from `min` doubling to
+/// `max` nanoseconds. Under loom it yields the model thread; in the simulator
+/// it is a switch point.
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    current: u32,
+    max: u32,
+}
+
+impl Backoff {
+    /// Backoff from 32 ns up to 1024 ns.
+    pub const fn new() -> Self {
+        Self::with_limits(32, 1024)
+    }
+
+    /// Backoff from `min` up to `max` nanoseconds.
+    pub const fn with_limits(min: u32, max: u32) -> Self {
+        Backoff { current: min, max }
+    }
+
+    /// Waits once, then doubles the next wait.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+    pub fn snooze(&mut self) {
+        crate::sync::snooze(self.current);
+        self.current = (self.current.saturating_mul(2)).min(self.max);
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}

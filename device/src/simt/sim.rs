@@ -1,0 +1,82 @@
+//! The host backend: the CPU warp simulator (`warpalloc-sim`).
+//!
+//! Collectives carry their caller's source location (`#[track_caller]`) so
+//! that the simulator can group lanes by call site and name the site in its
+//! reports.
+
+use super::Dim3;
+use warpalloc_sim as sim;
+
+fn dim((x, y, z): (u32, u32, u32)) -> Dim3 {
+    Dim3 { x, y, z }
+}
+
+#[inline]
+pub(super) fn lane_id() -> u32 {
+    sim::lane_id()
+}
+
+#[inline]
+pub(super) fn thread_idx() -> Dim3 {
+    dim(sim::thread_idx())
+}
+
+#[inline]
+pub(super) fn block_idx() -> Dim3 {
+    dim(sim::block_idx())
+}
+
+#[inline]
+pub(super) fn block_dim() -> Dim3 {
+    dim(sim::block_dim())
+}
+
+#[inline]
+pub(super) fn grid_dim() -> Dim3 {
+    dim(sim::grid_dim())
+}
+
+#[track_caller]
+pub(super) fn activemask() -> u32 {
+    sim::activemask()
+}
+
+#[track_caller]
+pub(super) fn ballot(lane_mask: u32, pred: bool) -> u32 {
+    sim::ballot(lane_mask, pred)
+}
+
+#[track_caller]
+pub(super) fn match_any_u32(lane_mask: u32, key: u32) -> u32 {
+    sim::match_any(lane_mask, u64::from(key))
+}
+
+#[track_caller]
+pub(super) fn match_any_u64(lane_mask: u32, key: u64) -> u32 {
+    sim::match_any(lane_mask, key)
+}
+
+#[track_caller]
+pub(super) fn shfl_u32(lane_mask: u32, value: u32, src_lane: u32) -> u32 {
+    sim::shfl(lane_mask, u64::from(value), src_lane) as u32
+}
+
+#[track_caller]
+pub(super) fn shfl_u64(lane_mask: u32, value: u64, src_lane: u32) -> u64 {
+    sim::shfl(lane_mask, value, src_lane)
+}
+
+#[track_caller]
+pub(super) fn syncwarp(lane_mask: u32) {
+    sim::syncwarp(lane_mask)
+}
+
+#[track_caller]
+pub(super) fn nanosleep(nanoseconds: u32) {
+    sim::sleep(nanoseconds)
+}
+
+#[inline]
+pub(super) fn clock() -> u64 {
+    sim::clock()
+}

@@ -1,0 +1,163 @@
+//! Launch configuration: grid shape, schedule, fibers, watchdog.
+
+use std::time::Duration;
+
+/// How `activemask()` groups lanes (see the crate docs, "Convergence model").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Convergence {
+    /// Every subset of the lanes parked at a site is possible; the seed chooses.
+    Random,
+    /// Lanes parked at a site are released together once the rest of the warp
+    /// is blocked: the behaviour of a well-converged warp.
+    Converged,
+}
+
+/// What a lane runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fibers {
+    /// Stackful coroutines on the worker's OS thread (fast; the default).
+    Coroutines,
+    /// One OS thread per lane, handing a baton to the scheduler (slow; runs
+    /// under Miri, which cannot switch stacks).
+    Threads,
+}
+
+/// Under [`Convergence::Converged`], how many scheduling steps of a warp's
+/// other lanes a parked `activemask()` waits before it is released anyway.
+pub const CONVERGED_PATIENCE: u32 = 256;
+
+/// A simulator launch: the CUDA launch shape plus the schedule.
+#[derive(Clone, Debug)]
+pub struct LaunchConfig {
+    /// Blocks in the grid (x, y, z).
+    pub grid_dim: (u32, u32, u32),
+    /// Threads in a block (x, y, z).
+    pub block_dim: (u32, u32, u32),
+    /// Seed of the schedule (and of the virtual clock's readings).
+    pub seed: u64,
+    /// Worker OS threads. 1 makes the launch deterministic: the same seed
+    /// replays the same schedule.
+    pub workers: usize,
+    /// How `activemask()` groups lanes.
+    pub convergence: Convergence,
+    /// What lanes run on.
+    pub fibers: Fibers,
+    /// Stack bytes per lane.
+    pub stack_size: usize,
+    /// Warps resident at once per worker (whole blocks are admitted; at least
+    /// one block is always resident).
+    pub resident_warps: usize,
+    /// Wall-clock limit of the launch.
+    pub watchdog: Duration,
+    /// Limit on scheduling steps (per worker), a deterministic watchdog.
+    pub max_steps: Option<u64>,
+    /// An opaque word every lane can read with [`crate::binding`]: how a host
+    /// binds per-launch device state (a heap) to the kernel.
+    pub binding: usize,
+}
+
+impl LaunchConfig {
+    /// A deterministic launch of `grid_dim` blocks of `block_dim` threads, with
+    /// the seed from `WARPALLOC_SIM_SEED` or 0, random convergence and
+    /// coroutines (threads under Miri).
+    pub fn new(grid_dim: (u32, u32, u32), block_dim: (u32, u32, u32)) -> Self {
+        LaunchConfig {
+            grid_dim,
+            block_dim,
+            seed: crate::seed_from_env().unwrap_or(0),
+            workers: 1,
+            convergence: Convergence::Random,
+            fibers: if cfg!(miri) {
+                Fibers::Threads
+            } else {
+                Fibers::Coroutines
+            },
+            stack_size: 512 * 1024,
+            resident_warps: 64,
+            watchdog: Duration::from_secs(120),
+            max_steps: None,
+            binding: 0,
+        }
+    }
+
+    /// A one-dimensional launch: `blocks` blocks of `threads` threads.
+    pub fn linear(blocks: u32, threads: u32) -> Self {
+        Self::new((blocks, 1, 1), (threads, 1, 1))
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Runs on `workers` OS threads (no longer deterministic when > 1).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// Sets the convergence policy.
+    pub fn convergence(mut self, convergence: Convergence) -> Self {
+        self.convergence = convergence;
+        self
+    }
+
+    /// Sets what lanes run on.
+    pub fn fibers(mut self, fibers: Fibers) -> Self {
+        self.fibers = fibers;
+        self
+    }
+
+    /// Sets the wall-clock watchdog.
+    pub fn watchdog(mut self, limit: Duration) -> Self {
+        self.watchdog = limit;
+        self
+    }
+
+    /// Sets the step watchdog.
+    pub fn max_steps(mut self, steps: u64) -> Self {
+        self.max_steps = Some(steps);
+        self
+    }
+
+    /// Sets the resident warps per worker.
+    pub fn resident_warps(mut self, warps: usize) -> Self {
+        self.resident_warps = warps.max(1);
+        self
+    }
+
+    /// Sets the stack bytes per lane.
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = bytes;
+        self
+    }
+
+    /// Sets the word lanes read with [`crate::binding`].
+    pub fn binding(mut self, binding: usize) -> Self {
+        self.binding = binding;
+        self
+    }
+
+    /// Threads per block.
+    pub fn threads_per_block(&self) -> u64 {
+        let (x, y, z) = self.block_dim;
+        u64::from(x) * u64::from(y) * u64::from(z)
+    }
+
+    /// Blocks in the grid.
+    pub fn blocks(&self) -> u64 {
+        let (x, y, z) = self.grid_dim;
+        u64::from(x) * u64::from(y) * u64::from(z)
+    }
+
+    /// Warps per block.
+    pub fn warps_per_block(&self) -> u64 {
+        self.threads_per_block().div_ceil(32)
+    }
+
+    /// Whether the same seed replays the same schedule.
+    pub fn is_deterministic(&self) -> bool {
+        self.workers == 1
+    }
+}

@@ -1,0 +1,275 @@
+//! The lane side: what device code calls. Each function finds the running lane
+//! in a thread-local, and a switch point suspends the lane back to its
+//! worker's scheduler with a [`Request`].
+//!
+//! Outside a launch every function acts for lane 0 of a one-lane warp (see the
+//! crate docs).
+
+use std::cell::Cell;
+use std::panic::Location;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use corosensei::Yielder;
+
+use crate::fiber::Baton;
+
+/// Source location of a switch point.
+pub(crate) type Site = &'static Location<'static>;
+
+/// A warp collective that waits for every lane of its mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Ballot,
+    MatchAny,
+    Shfl { src_lane: u32 },
+    Syncwarp,
+}
+
+impl Kind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Ballot => "ballot",
+            Kind::MatchAny => "match_any",
+            Kind::Shfl { .. } => "shfl",
+            Kind::Syncwarp => "syncwarp",
+        }
+    }
+}
+
+/// What a lane asks of the scheduler when it suspends.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Request {
+    /// First suspension of a coroutine lane: the address of its yielder.
+    Hello(usize),
+    /// An atomic or fence: the scheduler may run another lane first.
+    Switch { site: Site },
+    /// `nanosleep`: like a switch.
+    Sleep { site: Site },
+    /// `activemask()`: park until grouped.
+    Activemask { site: Site },
+    /// A sync collective.
+    Collective {
+        kind: Kind,
+        site: Site,
+        lane_mask: u32,
+        value: u64,
+    },
+}
+
+/// The virtual or real clock of one worker.
+pub(crate) struct Clock {
+    pub(crate) deterministic: bool,
+    pub(crate) steps: AtomicU64,
+    pub(crate) start: Instant,
+}
+
+impl Clock {
+    fn now(&self) -> u64 {
+        if self.deterministic {
+            // Virtual time: one tick per scheduling step, scaled to look like
+            // nanoseconds so that backoff arithmetic behaves as on the GPU.
+            self.steps.load(Ordering::Relaxed).wrapping_mul(32)
+        } else {
+            u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        }
+    }
+}
+
+/// Who a lane is. Immutable for the lane's life.
+pub(crate) struct LaneCtx {
+    pub(crate) lane: u32,
+    pub(crate) warp: u32,
+    pub(crate) thread_idx: (u32, u32, u32),
+    pub(crate) block_idx: (u32, u32, u32),
+    pub(crate) block_dim: (u32, u32, u32),
+    pub(crate) grid_dim: (u32, u32, u32),
+    pub(crate) binding: usize,
+    pub(crate) clock: Arc<Clock>,
+}
+
+/// How the running lane gets back to its scheduler.
+#[derive(Clone, Copy)]
+pub(crate) enum Link {
+    Coroutine(*const Yielder<u64, Request>),
+    Thread(*const Baton),
+}
+
+/// The running lane, as the thread-local sees it.
+#[derive(Clone, Copy)]
+pub(crate) struct Current {
+    pub(crate) ctx: *const LaneCtx,
+    pub(crate) link: Link,
+}
+
+thread_local! {
+    static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
+}
+
+/// Installs the running lane; returns the previous one.
+pub(crate) fn set_current(current: Option<Current>) -> Option<Current> {
+    CURRENT.with(|c| c.replace(current))
+}
+
+fn with_ctx<R>(f: impl FnOnce(&LaneCtx) -> R) -> Option<R> {
+    let current = CURRENT.with(Cell::get)?;
+    // SAFETY: `Current` is installed only while its lane runs (by the
+    // coroutine fiber around `resume`, or by the lane's own thread for its
+    // whole life), and the fiber holds an `Arc<LaneCtx>` that outlives that.
+    Some(f(unsafe { &*current.ctx }))
+}
+
+fn suspend(request: Request) -> Option<u64> {
+    let current = CURRENT.with(Cell::get)?;
+    let reply = match current.link {
+        // SAFETY: the yielder lives on the coroutine's own stack for the
+        // coroutine's whole life, and we are running on that coroutine now
+        // (the link is installed only around `resume`).
+        Link::Coroutine(yielder) => unsafe { (*yielder).suspend(request) },
+        // SAFETY: the baton is owned by an `Arc` that the lane thread's
+        // closure keeps alive for the thread's whole life.
+        Link::Thread(baton) => unsafe { (*baton).suspend(request) },
+    };
+    Some(reply)
+}
+
+/// Whether the caller is a lane of a simulator launch.
+pub fn in_launch() -> bool {
+    CURRENT.with(Cell::get).is_some()
+}
+
+/// The caller's lane index in its warp (0 outside a launch).
+pub fn lane_id() -> u32 {
+    with_ctx(|c| c.lane).unwrap_or(0)
+}
+
+/// The caller's warp index in its block (0 outside a launch).
+pub fn warp_id() -> u32 {
+    with_ctx(|c| c.warp).unwrap_or(0)
+}
+
+/// `threadIdx` as (x, y, z).
+pub fn thread_idx() -> (u32, u32, u32) {
+    with_ctx(|c| c.thread_idx).unwrap_or((0, 0, 0))
+}
+
+/// `blockIdx` as (x, y, z).
+pub fn block_idx() -> (u32, u32, u32) {
+    with_ctx(|c| c.block_idx).unwrap_or((0, 0, 0))
+}
+
+/// `blockDim` as (x, y, z).
+pub fn block_dim() -> (u32, u32, u32) {
+    with_ctx(|c| c.block_dim).unwrap_or((1, 1, 1))
+}
+
+/// `gridDim` as (x, y, z).
+pub fn grid_dim() -> (u32, u32, u32) {
+    with_ctx(|c| c.grid_dim).unwrap_or((1, 1, 1))
+}
+
+/// The launch's binding word (see [`crate::LaunchConfig::binding`]); 0
+/// outside a launch.
+pub fn binding() -> usize {
+    with_ctx(|c| c.binding).unwrap_or(0)
+}
+
+/// A clock in nanoseconds: virtual (scheduling steps) in deterministic
+/// launches, so that replays see the same readings; real time otherwise.
+pub fn clock() -> u64 {
+    with_ctx(|c| c.clock.now()).unwrap_or_else(|| {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let start = START.get_or_init(Instant::now);
+        u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    })
+}
+
+/// A switch point: call before every atomic and fence. The scheduler may run
+/// other lanes before this one goes on.
+#[track_caller]
+pub fn switch_point() {
+    let _ = suspend(Request::Switch {
+        site: Location::caller(),
+    });
+}
+
+/// `nanosleep`: a switch point (the simulator does not stall the worker).
+#[track_caller]
+pub fn sleep(_nanoseconds: u32) {
+    if suspend(Request::Sleep {
+        site: Location::caller(),
+    })
+    .is_none()
+    {
+        std::hint::spin_loop();
+    }
+}
+
+/// `activemask()`: the lanes of the caller's warp that the scheduler groups
+/// with it at this call site.
+#[track_caller]
+pub fn activemask() -> u32 {
+    suspend(Request::Activemask {
+        site: Location::caller(),
+    })
+    .map_or(1, |mask| mask as u32)
+}
+
+#[track_caller]
+fn collective(kind: Kind, lane_mask: u32, value: u64) -> u64 {
+    let site = Location::caller();
+    match suspend(Request::Collective {
+        kind,
+        site,
+        lane_mask,
+        value,
+    }) {
+        Some(reply) => reply,
+        None => {
+            assert!(
+                lane_mask == 1,
+                "{}(lane_mask={lane_mask:#x}) at {site} outside a simulator launch: \
+                 the caller is lane 0 of a one-lane warp, so the mask must be 1",
+                kind.name()
+            );
+            match kind {
+                Kind::Ballot => value & 1,
+                Kind::MatchAny => 1,
+                Kind::Shfl { src_lane } => {
+                    assert!(
+                        src_lane == 0,
+                        "shfl from lane {src_lane} at {site} outside a simulator launch"
+                    );
+                    value
+                }
+                Kind::Syncwarp => 0,
+            }
+        }
+    }
+}
+
+/// `vote.sync.ballot`: bit `i` set when lane `i` of `lane_mask` has `pred`.
+#[track_caller]
+pub fn ballot(lane_mask: u32, pred: bool) -> u32 {
+    collective(Kind::Ballot, lane_mask, u64::from(pred)) as u32
+}
+
+/// `match.any.sync`: the lanes of `lane_mask` whose `key` equals the caller's.
+#[track_caller]
+pub fn match_any(lane_mask: u32, key: u64) -> u32 {
+    collective(Kind::MatchAny, lane_mask, key) as u32
+}
+
+/// `shfl.sync.idx`: `value` as held by lane `src_lane` (which must be in
+/// `lane_mask`).
+#[track_caller]
+pub fn shfl(lane_mask: u32, value: u64, src_lane: u32) -> u64 {
+    collective(Kind::Shfl { src_lane }, lane_mask, value)
+}
+
+/// `bar.warp.sync`: waits for every lane of `lane_mask` (at any `syncwarp`).
+#[track_caller]
+pub fn syncwarp(lane_mask: u32) {
+    collective(Kind::Syncwarp, lane_mask, 0);
+}

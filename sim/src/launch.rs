@@ -1,0 +1,154 @@
+//! `launch`: validates the shape, splits the blocks over workers, runs them and
+//! turns the first failure into a [`SimError`].
+
+use std::sync::PoisonError;
+use std::time::Duration;
+
+use crate::config::LaunchConfig;
+use crate::error::{SimError, SimErrorKind};
+use crate::fiber::KernelRef;
+use crate::worker::{Shared, Worker, WorkerStats};
+
+/// What a successful launch did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchStats {
+    /// Scheduling steps (lane resumptions), over all workers.
+    pub steps: u64,
+    /// Completed sync collectives (one per participating lane).
+    pub collectives: u64,
+    /// Lanes run.
+    pub lanes: u64,
+    /// Warps run.
+    pub warps: u64,
+    /// Blocks run.
+    pub blocks: u64,
+    /// Worker threads used.
+    pub workers: usize,
+    /// Wall time of the launch.
+    pub elapsed: Duration,
+}
+
+/// CUDA's limits on a launch shape (compute capability 7.0 and later).
+const MAX_THREADS_PER_BLOCK: u64 = 1024;
+const MAX_BLOCK_DIM: (u32, u32, u32) = (1024, 1024, 64);
+const MAX_GRID_DIM: (u32, u32, u32) = (i32::MAX as u32, 65535, 65535);
+
+fn validate(cfg: &LaunchConfig) -> Result<(), String> {
+    let (gx, gy, gz) = cfg.grid_dim;
+    let (bx, by, bz) = cfg.block_dim;
+    if [gx, gy, gz, bx, by, bz].contains(&0) {
+        return Err(format!(
+            "grid {:?} and block {:?} must have no zero dimension",
+            cfg.grid_dim, cfg.block_dim
+        ));
+    }
+    if cfg.threads_per_block() > MAX_THREADS_PER_BLOCK
+        || bx > MAX_BLOCK_DIM.0
+        || by > MAX_BLOCK_DIM.1
+        || bz > MAX_BLOCK_DIM.2
+    {
+        return Err(format!(
+            "block {:?} exceeds CUDA's limits ({MAX_THREADS_PER_BLOCK} threads, {MAX_BLOCK_DIM:?})",
+            cfg.block_dim
+        ));
+    }
+    if gx > MAX_GRID_DIM.0 || gy > MAX_GRID_DIM.1 || gz > MAX_GRID_DIM.2 {
+        return Err(format!(
+            "grid {:?} exceeds CUDA's limits {MAX_GRID_DIM:?}",
+            cfg.grid_dim
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `kernel` on every thread of the grid that `cfg` describes.
+///
+/// Every lane calls `kernel` once; inside it, the `warpalloc-device` SIMT
+/// functions (or this crate's lane functions) see the lane's indices and
+/// synchronise with its warp. Returns when every lane has returned, or with the
+/// first failure: a lane's panic, a misused collective, a deadlock or the
+/// watchdog. Either way no lane runs after `launch` returns.
+pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchStats, SimError> {
+    let fail = |kind| SimError {
+        seed: cfg.seed,
+        deterministic: cfg.is_deterministic(),
+        kind,
+    };
+    validate(cfg).map_err(|e| fail(SimErrorKind::InvalidLaunch(e)))?;
+
+    let kernel: &(dyn Fn() + Sync) = &kernel;
+    // SAFETY: lanes hold this reference only inside fibers owned by the
+    // workers below. Every worker is dropped — and with it every fiber:
+    // coroutines reset, lane threads joined — before this function returns
+    // (the workers run on this thread or in a `thread::scope`), so no lane can
+    // call the kernel after `kernel` is gone.
+    let kernel: KernelRef = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), KernelRef>(kernel) };
+
+    let shared = Shared::new();
+    let workers = cfg.workers.max(1);
+    let mut totals = WorkerStats::default();
+    let mut add = |s: WorkerStats| {
+        totals.steps += s.steps;
+        totals.collectives += s.collectives;
+        totals.lanes += s.lanes;
+        totals.warps += s.warps;
+        totals.blocks += s.blocks;
+    };
+    if workers == 1 {
+        add(Worker::new(cfg, &shared, kernel, 0).run());
+    } else {
+        let spawned = std::thread::scope(|scope| {
+            let mut handles = Vec::with_capacity(workers);
+            for index in 0..workers {
+                let shared = &shared;
+                let handle = std::thread::Builder::new()
+                    .name(format!("warpalloc-sim-worker-{index}"))
+                    .spawn_scoped(scope, move || Worker::new(cfg, shared, kernel, index).run());
+                match handle {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        shared
+                            .abort
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        return Err(e.to_string());
+                    }
+                }
+            }
+            let mut all = Vec::with_capacity(workers);
+            for h in handles {
+                match h.join() {
+                    Ok(stats) => all.push(stats),
+                    Err(_) => return Err("a worker thread panicked".to_string()),
+                }
+            }
+            Ok(all)
+        });
+        match spawned {
+            Ok(all) => all.into_iter().for_each(&mut add),
+            Err(e) => return Err(fail(SimErrorKind::Spawn(e))),
+        }
+    }
+
+    let error = shared
+        .error
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    match error {
+        Some(SimErrorKind::Watchdog { limit, .. }) => {
+            let lanes =
+                std::mem::take(&mut *shared.stuck.lock().unwrap_or_else(PoisonError::into_inner));
+            Err(fail(SimErrorKind::Watchdog { limit, lanes }))
+        }
+        Some(kind) => Err(fail(kind)),
+        None => Ok(LaunchStats {
+            steps: totals.steps,
+            collectives: totals.collectives,
+            lanes: totals.lanes,
+            warps: totals.warps,
+            blocks: totals.blocks,
+            workers,
+            elapsed: shared.start.elapsed(),
+        }),
+    }
+}
