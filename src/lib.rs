@@ -1,1 +1,10 @@
 //! warpalloc
+
+/// The device code, built to PTX by `build.rs` (warpalloc-builder).
+pub mod ptx {
+    /// `kernels-tests` (with `warpalloc-device`) as one PTX module for `sm_75`,
+    /// which ptxas and the driver also accept for sm_80..sm_90+.
+    pub const KERNELS_TESTS: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_tests.ptx"));
+
+    include!(concat!(env!("OUT_DIR"), "/kernels_tests_names.rs"));
+}

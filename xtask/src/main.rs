@@ -1,1 +1,424 @@
-fn main() {}
+//! `cargo xtask`: set-up, every check, and the demo.
+//!
+//! - `cargo xtask setup`: the nightly's components (rust-src, llvm-tools, miri,
+//!   clippy, rustfmt), Miri's sysroot, and ptxas (PyPI `nvidia-cuda-nvcc`, pinned)
+//!   in a cache outside the repository. Idempotent.
+//! - `cargo xtask test`: set-up, then fmt, clippy, the workspace's tests, the loom
+//!   models and the Miri tests; a table of step timings at the end.
+//! - `cargo xtask ci`: what CI runs — the same as `test`, after printing the
+//!   toolchain's versions.
+//! - `cargo xtask run [ARGS]`: set-up, then `cargo run --release -p warpalloc --
+//!   ARGS` (default `demo`).
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use warpalloc_builder::ptxas;
+
+/// The components `setup` installs (as `rustup component add` names them).
+const COMPONENTS: &[&str] = &["rust-src", "llvm-tools", "miri", "clippy", "rustfmt"];
+
+/// Packages whose tests run under Miri.
+const MIRI_PACKAGES: &[&str] = &["warpalloc-sim", "warpalloc-device"];
+/// Arguments after `cargo miri test -p ...` (e.g. `["--lib", "--", "filter"]`).
+const MIRI_TEST_ARGS: &[&str] = &[];
+/// `MIRIFLAGS` for the Miri job, unless the environment sets `MIRIFLAGS`.
+const MIRI_FLAGS: &str = "";
+
+/// Packages whose loom models run (`--cfg loom`, release, `--lib`).
+const LOOM_PACKAGES: &[&str] = &["warpalloc-device"];
+/// The test-name filter of the loom job.
+const LOOM_FILTER: &str = "loom";
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "warpalloc's set-up, checks and demo")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what the build and the tests need (idempotent).
+    Setup,
+    /// Set up, then run every check: fmt, clippy, tests, loom, Miri.
+    Test,
+    /// What CI runs: `test`, after printing the toolchain's versions.
+    Ci,
+    /// Set up, then run the warpalloc CLI in release mode (default: `demo`).
+    Run {
+        /// Arguments for the warpalloc CLI.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut steps = Steps::default();
+    let result = match cli.command {
+        Cmd::Setup => steps.run("setup", setup),
+        Cmd::Test => test(&mut steps),
+        Cmd::Ci => print_versions().and_then(|()| test(&mut steps)),
+        Cmd::Run { args } => run(&mut steps, args),
+    };
+    match result {
+        Ok(()) => {
+            steps.summary();
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            steps.summary();
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Named steps, timed; a failure stops at once.
+#[derive(Default)]
+struct Steps {
+    done: Vec<(String, Duration, bool)>,
+}
+
+impl Steps {
+    fn run(&mut self, name: &str, f: impl FnOnce() -> Result<()>) -> Result<()> {
+        eprintln!("xtask: ── {name}");
+        let t = Instant::now();
+        let r = f();
+        self.done.push((name.to_owned(), t.elapsed(), r.is_ok()));
+        r.with_context(|| format!("step `{name}` failed"))
+    }
+
+    fn summary(&self) {
+        if self.done.len() < 2 {
+            return;
+        }
+        let total: Duration = self.done.iter().map(|(_, d, _)| *d).sum();
+        eprintln!("xtask: step timings");
+        for (name, d, ok) in &self.done {
+            let status = if *ok { "ok" } else { "FAILED" };
+            eprintln!("  {name:<8} {:>8.1} s  {status}", d.as_secs_f64());
+        }
+        eprintln!("  {:<8} {:>8.1} s", "total", total.as_secs_f64());
+    }
+}
+
+fn test(steps: &mut Steps) -> Result<()> {
+    steps.run("setup", setup)?;
+    steps.run("fmt", || cargo(&["fmt", "--all", "--check"]).status_ok())?;
+    steps.run("clippy", || {
+        cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .status_ok()
+    })?;
+    steps.run("test", || cargo(&["test", "--workspace"]).status_ok())?;
+    steps.run("loom", || {
+        let mut cmd = cargo(&["test", "--release", "--lib", "--target-dir", "target/loom"]);
+        for p in LOOM_PACKAGES {
+            cmd.args(["-p", p]);
+        }
+        cmd.arg(LOOM_FILTER)
+            .env("RUSTFLAGS", "--cfg loom")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS");
+        cmd.status_ok()
+    })?;
+    steps.run("miri", || {
+        let mut cmd = cargo(&["miri", "test"]);
+        for p in MIRI_PACKAGES {
+            cmd.args(["-p", p]);
+        }
+        cmd.args(MIRI_TEST_ARGS);
+        if std::env::var_os("MIRIFLAGS").is_none() {
+            cmd.env("MIRIFLAGS", MIRI_FLAGS);
+        }
+        cmd.status_ok()
+    })
+}
+
+fn run(steps: &mut Steps, mut args: Vec<String>) -> Result<()> {
+    steps.run("setup", setup)?;
+    if args.is_empty() {
+        args.push("demo".to_owned());
+    }
+    steps.run("run", || {
+        let mut cmd = cargo(&["run", "--release", "-p", "warpalloc", "--"]);
+        cmd.args(&args);
+        cmd.status_ok()
+    })
+}
+
+/// The repository root (this crate's parent directory).
+fn root() -> PathBuf {
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().unwrap_or(xtask).to_path_buf()
+}
+
+/// The toolchain the repository pins (`channel` in rust-toolchain.toml).
+fn toolchain() -> String {
+    std::fs::read_to_string(root().join("rust-toolchain.toml"))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                (k.trim() == "channel").then(|| v.trim().trim_matches('"').to_owned())
+            })
+        })
+        .unwrap_or_else(|| "nightly".to_owned())
+}
+
+/// `cargo ARGS` in the repository root, with the cargo that runs xtask.
+fn cargo(args: &[&str]) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).current_dir(root());
+    cmd
+}
+
+trait CommandExt {
+    /// Runs, inheriting stdio; an error unless it exits with 0.
+    fn status_ok(&mut self) -> Result<()>;
+    /// Runs quietly; stdout on success, an error with all output otherwise.
+    fn output_ok(&mut self) -> Result<String>;
+}
+
+fn show(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+impl CommandExt for Command {
+    fn status_ok(&mut self) -> Result<()> {
+        let shown = show(self);
+        eprintln!("xtask: $ {shown}");
+        let status = self
+            .status()
+            .with_context(|| format!("could not run `{shown}`"))?;
+        if !status.success() {
+            bail!("`{shown}` failed ({status})");
+        }
+        Ok(())
+    }
+
+    fn output_ok(&mut self) -> Result<String> {
+        let shown = show(self);
+        let out = self
+            .output()
+            .with_context(|| format!("could not run `{shown}`"))?;
+        if !out.status.success() {
+            bail!(
+                "`{shown}` failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+fn setup() -> Result<()> {
+    let toolchain = toolchain();
+    let added = components(&toolchain)?;
+    miri_setup()?;
+    let ptxas = ptxas_setup()?;
+    let added = if added.is_empty() {
+        String::new()
+    } else {
+        format!(" (added {})", added.join(", "))
+    };
+    eprintln!(
+        "xtask: setup ok: {toolchain} with {}{added}; Miri sysroot; ptxas {}",
+        COMPONENTS.join(", "),
+        ptxas.display()
+    );
+    Ok(())
+}
+
+/// Adds the missing [`COMPONENTS`]; returns the ones it added.
+fn components(toolchain: &str) -> Result<Vec<String>> {
+    let listed = Command::new("rustup")
+        .args(["component", "list", "--installed", "--toolchain", toolchain])
+        .output_ok()
+        .context("listing the toolchain's components (is rustup installed?)")?;
+    let installed = installed_components(&listed);
+    let missing: Vec<String> = COMPONENTS
+        .iter()
+        .filter(|c| !installed.contains(**c))
+        .map(|c| (*c).to_owned())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "xtask: adding components {} to {toolchain}",
+            missing.join(", ")
+        );
+        Command::new("rustup")
+            .args(["component", "add", "--toolchain", toolchain])
+            .args(&missing)
+            .status_ok()?;
+    }
+    Ok(missing)
+}
+
+/// Component names from `rustup component list --installed`, without the host
+/// triple (`llvm-tools-x86_64-unknown-linux-gnu` → `llvm-tools`).
+fn installed_components(listed: &str) -> BTreeSet<String> {
+    listed
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let l = l.split_whitespace().next().unwrap_or(l);
+            COMPONENTS
+                .iter()
+                .find(|c| {
+                    l == **c
+                        || l.strip_prefix(**c)
+                            .is_some_and(|rest| rest.starts_with('-'))
+                })
+                .map_or_else(|| l.to_owned(), |c| (*c).to_owned())
+        })
+        .collect()
+}
+
+/// `cargo miri setup`: builds Miri's sysroot once; quiet when it exists.
+fn miri_setup() -> Result<()> {
+    cargo(&["miri", "setup"])
+        .output_ok()
+        .context("`cargo miri setup` (Miri's sysroot)")?;
+    Ok(())
+}
+
+/// Installs the pinned ptxas into the cache unless it (or `$WARPALLOC_PTXAS`) is there.
+fn ptxas_setup() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(ptxas::ENV_PTXAS).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!("{}={} is not a file", ptxas::ENV_PTXAS, p.display());
+        }
+        return Ok(p);
+    }
+    let dir = ptxas::pinned_install_dir()
+        .context("no cache directory: set HOME, XDG_CACHE_HOME or WARPALLOC_CACHE_DIR")?;
+    let bin = dir.join(ptxas::PTXAS_IN_PACKAGE);
+    if bin.is_file() && Command::new(&bin).arg("--version").output_ok().is_ok() {
+        return Ok(bin);
+    }
+    let spec = format!("{}=={}", ptxas::NVCC_PACKAGE, ptxas::NVCC_VERSION);
+    eprintln!(
+        "xtask: installing ptxas ({spec} from PyPI) into {}",
+        dir.display()
+    );
+    let parent = dir.parent().context("cache dir has no parent")?;
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    // Install beside the final place, then rename: an interrupted install never
+    // leaves a half-filled directory that looks done.
+    let staging = parent.join(format!(
+        ".cuda-nvcc-{}-{}",
+        ptxas::NVCC_VERSION,
+        std::process::id()
+    ));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging)?;
+    }
+    let python = ["python3", "python"]
+        .into_iter()
+        .find(|p| {
+            Command::new(p)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .context("ptxas is installed with pip: python3 is needed")?;
+    Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ])
+        .arg("--target")
+        .arg(&staging)
+        .arg(&spec)
+        .output_ok()
+        .with_context(|| format!("`pip install {spec}` (needs pip and network access to PyPI)"))?;
+    if !staging.join(ptxas::PTXAS_IN_PACKAGE).is_file() {
+        bail!(
+            "{spec} installed, but has no {} (package layout changed?)",
+            ptxas::PTXAS_IN_PACKAGE
+        );
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    std::fs::rename(&staging, &dir)
+        .with_context(|| format!("moving {} to {}", staging.display(), dir.display()))?;
+    Command::new(&bin)
+        .arg("--version")
+        .output_ok()
+        .context("the installed ptxas does not run")?;
+    Ok(bin)
+}
+
+fn print_versions() -> Result<()> {
+    let toolchain = toolchain();
+    for (what, mut cmd) in [("rustc", Command::new("rustc")), ("cargo", cargo(&[]))] {
+        cmd.arg("-V").current_dir(root());
+        let v = cmd.output_ok().with_context(|| format!("{what} -V"))?;
+        eprintln!("xtask: {}", v.trim());
+    }
+    eprintln!("xtask: toolchain {toolchain}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn component_names() {
+        let listed = "cargo-x86_64-unknown-linux-gnu\nclippy-x86_64-unknown-linux-gnu\n\
+                      llvm-tools-x86_64-unknown-linux-gnu\nmiri-x86_64-unknown-linux-gnu\n\
+                      rust-src\nrustfmt-x86_64-unknown-linux-gnu\n";
+        let got = installed_components(listed);
+        for c in COMPONENTS {
+            assert!(got.contains(*c), "{c} not in {got:?}");
+        }
+        let got = installed_components("rust-std-x86_64-unknown-linux-gnu\nllvm-tools-preview\n");
+        assert!(got.contains("llvm-tools"));
+        assert!(!got.contains("rust-src"), "{got:?}");
+    }
+
+    #[test]
+    fn toolchain_is_pinned() {
+        assert!(toolchain().starts_with("nightly"));
+    }
+
+    #[test]
+    fn cli_parses() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let cli = Cli::parse_from(["xtask", "run", "demo", "--seed", "3"]);
+        let Cmd::Run { args } = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(args, ["demo", "--seed", "3"]);
+    }
+}

@@ -1,0 +1,115 @@
+//! PTX checks of the embedded `kernels-tests` module (`warpalloc::ptx`):
+//! ptxas assembles it for sm_75 and sm_90, the collectives come out as the
+//! expected instructions, and no function spills registers.
+//!
+//! Needs `ptxas` (`cargo xtask setup` installs it); without it the test fails.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use warpalloc::ptx;
+use warpalloc_builder::ptxas::{Ptxas, PtxasReport};
+use warpalloc_builder::{Arch, functions, reachable, symbols};
+
+/// The architectures the one sm_75 module is assembled for.
+const ARCHES: &[Arch] = &[Arch::Sm75, Arch::Sm90];
+
+/// Kernels whose code (with what it calls) must contain these instructions.
+/// A kernel not in the module is not checked; one in the module and not here
+/// has no instruction expectation (it is still assembled and spill-checked).
+const EXPECTED: &[(&str, &[&str])] = &[
+    ("simt_ballot", &["vote.sync.ballot", "activemask"]),
+    ("simt_match_any", &["match.any.sync"]),
+    ("simt_shfl", &["shfl.sync.idx"]),
+    ("simt_activemask", &["activemask"]),
+    ("simt_sleep", &["nanosleep"]),
+    ("simt_nanosleep", &["nanosleep"]),
+    ("simt_syncwarp", &["bar.warp.sync"]),
+];
+
+fn ptx_file() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kernels_tests.ptx");
+    std::fs::write(&path, ptx::KERNELS_TESTS)
+        .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    path
+}
+
+fn assemble(arch: Arch) -> PtxasReport {
+    let ptxas = Ptxas::find().unwrap_or_else(|e| panic!("{e}"));
+    ptxas
+        .assemble(&ptx_file(), arch)
+        .unwrap_or_else(|e| panic!("ptxas rejected the embedded PTX for {arch}: {e}"))
+}
+
+#[test]
+fn kernel_names_match_the_ptx() {
+    let found = symbols(ptx::KERNELS_TESTS);
+    assert_eq!(found.kernels, ptx::KERNEL_NAMES);
+    assert_eq!(found.globals, ptx::GLOBAL_NAMES);
+    assert!(
+        !ptx::KERNEL_NAMES.is_empty(),
+        "kernels-tests built to a PTX module without kernels"
+    );
+    assert!(ptx::KERNELS_TESTS.contains(&format!(".target {}", ptx::ARCH)));
+}
+
+#[test]
+fn expected_instructions() {
+    let fns = functions(ptx::KERNELS_TESTS);
+    let mut checked = 0;
+    let mut failures = String::new();
+    for (kernel, instructions) in EXPECTED {
+        if !ptx::KERNEL_NAMES.contains(kernel) {
+            continue;
+        }
+        let code: String = reachable(&fns, kernel)
+            .iter()
+            .map(|f| f.body.as_str())
+            .collect();
+        for ins in *instructions {
+            checked += 1;
+            if code.contains(ins) {
+                eprintln!("{kernel}: {ins} ok");
+            } else {
+                let _ = writeln!(failures, "{kernel}: no `{ins}` in its code or callees");
+            }
+        }
+    }
+    eprintln!(
+        "{checked} instruction expectations checked over kernels {:?}",
+        ptx::KERNEL_NAMES
+    );
+    assert!(failures.is_empty(), "{failures}");
+}
+
+#[test]
+fn ptxas_assembles_without_spills() {
+    let mut table = String::new();
+    let mut spills = String::new();
+    for &arch in ARCHES {
+        let report = assemble(arch);
+        for k in ptx::KERNEL_NAMES {
+            assert!(
+                report.get(k).is_some_and(|f| f.entry),
+                "ptxas reported nothing for kernel {k} ({arch}):\n{}",
+                report.log
+            );
+        }
+        for f in &report.functions {
+            let line = format!("{arch} {:<5} {f}", if f.entry { "entry" } else { "func" });
+            eprintln!("{line}");
+            let _ = writeln!(table, "{line}");
+            if f.spills() {
+                let _ = writeln!(spills, "{line}");
+            }
+        }
+        for w in &report.warnings {
+            eprintln!("{arch} ptxas warning: {w}");
+            let _ = writeln!(table, "{arch} ptxas warning: {w}");
+        }
+    }
+    assert!(
+        spills.is_empty(),
+        "functions spill registers:\n{spills}\nfull report:\n{table}"
+    );
+}
