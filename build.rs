@@ -36,10 +36,10 @@ fn main() {
         ptx.arch.as_str(),
     );
     let names_file = out_dir.join("kernels_tests_names.rs");
-    if std::fs::read_to_string(&names_file).ok().as_deref() != Some(names.as_str()) {
-        if let Err(e) = std::fs::write(&names_file, names) {
-            eprintln!("error: writing {}: {e}", names_file.display());
-            std::process::exit(1);
-        }
+    if std::fs::read_to_string(&names_file).ok().as_deref() != Some(names.as_str())
+        && let Err(e) = std::fs::write(&names_file, names)
+    {
+        eprintln!("error: writing {}: {e}", names_file.display());
+        std::process::exit(1);
     }
 }
