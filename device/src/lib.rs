@@ -25,11 +25,33 @@
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 #![warn(missing_docs)]
 
+#[cfg(not(target_arch = "nvptx64"))]
+extern crate std;
+
+mod api;
+pub mod cache;
+pub mod guard;
+pub mod heap;
 pub mod kernel;
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
 mod panic;
+pub mod provider;
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod sim_heap;
 pub mod simt;
+pub mod size_class;
+pub mod slab;
 pub mod sync;
+
+pub use api::{WarpAlloc, aligned_alloc, calloc, free, heap, malloc, realloc, usable_size};
+pub use heap::{DeviceHeap, Errors, Traffic};
+
+/// The heap of every kernel in a module: configured by the host through
+/// `cuModuleGetGlobal` before launch. Zero-initialised: until the host binds
+/// it, every allocation returns null.
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+pub static WARPALLOC_HEAP: DeviceHeap = DeviceHeap::new();
 
 /// Re-exported for `kernel!`'s expansion and for hosts that launch kernels
 /// in the simulator.

@@ -9,6 +9,7 @@
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod demo;
 pub mod simt;
 

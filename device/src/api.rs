@@ -1,0 +1,213 @@
+//! The allocation API a kernel calls: `malloc`, `free`, `calloc`, `realloc`,
+//! `aligned_alloc`, `usable_size`, and [`WarpAlloc`] for `alloc::{Box, Vec}`.
+//!
+//! Each function reads `activemask()` once and passes it down, so any subset
+//! of a warp may call it together (Volta semantics), with any mix of sizes.
+//! Bad input has a defined result and corrupts nothing:
+//!
+//! | call | result |
+//! |---|---|
+//! | `malloc(0)`, a size too large to round, `aligned_alloc` with a non-power-of-two alignment | null |
+//! | no heap bound, or no memory | null (counted in the heap's error record) |
+//! | `free(null)` | nothing |
+//! | `free` of a chunk already free, or of a pointer into a freed slab or block | nothing; counted as a double free |
+//! | `free` of a pointer the heap never handed out (outside its region, a slab header, inside a large block) | nothing; counted as an invalid free |
+//! | `calloc(n, size)` with `n · size` overflowing | null |
+//! | `realloc(null, n)` | `malloc(n)` |
+//! | `realloc(p, 0)` | frees `p`, returns null |
+//! | `realloc` of a pointer the heap never handed out | null; counted as an invalid free; nothing freed |
+//!
+//! `free` of any address inside a live chunk frees that chunk (this is what
+//! lets over-aligned pointers from `aligned_alloc` free correctly). A double
+//! free is caught until the chunk is handed out again; after that it frees
+//! the new owner's chunk, as in every allocator without per-allocation tags.
+
+use core::alloc::{GlobalAlloc, Layout};
+
+use crate::heap::DeviceHeap;
+use crate::simt;
+
+/// The heap of the running kernel: the module's `WARPALLOC_HEAP` on the
+/// GPU; on the host, the heap the simulator launch was bound to (none outside
+/// a launch, or for a launch without a binding).
+#[inline(always)]
+pub fn heap() -> Option<&'static DeviceHeap> {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        Some(&crate::WARPALLOC_HEAP)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let binding = warpalloc_sim::binding();
+        // SAFETY: a launch's binding word is, by the contract of
+        // `SimHeap::launch_config`, the address of a `DeviceHeap` that
+        // outlives the launch.
+        (binding != 0).then(|| unsafe { &*(binding as *const DeviceHeap) })
+    }
+}
+
+/// `size` bytes, 16-byte aligned; null on failure (see the module docs).
+pub fn malloc(size: usize) -> *mut u8 {
+    let Some(heap) = heap() else {
+        return core::ptr::null_mut();
+    };
+    heap.allocate(simt::activemask(), size as u64, 1)
+}
+
+/// `size` bytes aligned to `align` (any power of two); null on failure.
+pub fn aligned_alloc(align: usize, size: usize) -> *mut u8 {
+    let Some(heap) = heap() else {
+        return core::ptr::null_mut();
+    };
+    heap.allocate(simt::activemask(), size as u64, align as u64)
+}
+
+/// `n · size` zeroed bytes; null when the product overflows or on failure.
+pub fn calloc(n: usize, size: usize) -> *mut u8 {
+    let Some(total) = n.checked_mul(size) else {
+        return core::ptr::null_mut();
+    };
+    let ptr = malloc(total);
+    if !ptr.is_null() {
+        // SAFETY: `ptr` is a fresh allocation of at least `total` bytes.
+        unsafe { core::ptr::write_bytes(ptr, 0, total) };
+    }
+    ptr
+}
+
+/// Frees `ptr` (see the module docs for null, double and invalid frees).
+///
+/// # Safety
+/// No access to the allocation may follow the free.
+pub unsafe fn free(ptr: *mut u8) {
+    if let Some(heap) = heap() {
+        heap.deallocate(simt::activemask(), ptr);
+    }
+}
+
+/// Resizes the allocation at `ptr` to `size` bytes, in place when it fits,
+/// else by moving it (the contents up to the smaller size are kept); null on
+/// failure, leaving `ptr` allocated.
+///
+/// # Safety
+/// `ptr` is null or an allocation of this heap that no one accesses during
+/// the call; after a non-null return, only the returned pointer is used.
+pub unsafe fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
+    if ptr.is_null() {
+        return malloc(size);
+    }
+    let Some(heap) = heap() else {
+        return core::ptr::null_mut();
+    };
+    if size == 0 {
+        heap.deallocate(simt::activemask(), ptr);
+        return core::ptr::null_mut();
+    }
+    let usable = heap.usable_size(ptr);
+    if usable == 0 {
+        heap.note_invalid_free(ptr);
+        return core::ptr::null_mut();
+    }
+    let size64 = size as u64;
+    if size64 <= usable && size64 >= usable / 2 {
+        return ptr;
+    }
+    let moved = malloc(size);
+    if moved.is_null() {
+        return moved;
+    }
+    // SAFETY: both are live allocations of at least the copied length, and
+    // distinct (`moved` is fresh).
+    unsafe { core::ptr::copy_nonoverlapping(ptr, moved, usable.min(size64) as usize) };
+    heap.deallocate(simt::activemask(), ptr);
+    moved
+}
+
+/// Bytes usable at `ptr` (to the end of its chunk or block), 0 for a pointer
+/// that is not a live allocation of this heap.
+pub fn usable_size(ptr: *const u8) -> usize {
+    heap().map_or(0, |h| h.usable_size(ptr) as usize)
+}
+
+/// The global allocator for kernels: `#[global_allocator] static A: WarpAlloc
+/// = WarpAlloc;` in the kernel crate makes `alloc::{Box, Vec, String}` use
+/// warpalloc.
+///
+/// On the host the same declaration serves simulator lanes of a launch bound
+/// to a heap from that heap, and everything else (the test harness, the
+/// simulator itself) from the system allocator; a pointer is freed by the
+/// heap whose region holds it, or by the system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WarpAlloc;
+
+// SAFETY: allocations come from `DeviceHeap::allocate` with the layout's size
+// and alignment (or the system allocator on the host), are distinct while
+// live, and are freed by the allocator that made them.
+unsafe impl GlobalAlloc for WarpAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        match heap() {
+            Some(heap) => heap.allocate(
+                simt::activemask(),
+                layout.size() as u64,
+                layout.align() as u64,
+            ),
+            #[cfg(not(target_arch = "nvptx64"))]
+            // SAFETY: forwarded from our caller.
+            None => unsafe { std::alloc::System.alloc(layout) },
+            #[cfg(target_arch = "nvptx64")]
+            None => core::ptr::null_mut(),
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let _ = layout;
+            crate::WARPALLOC_HEAP.deallocate(simt::activemask(), ptr);
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        match crate::sim_heap::owner_of(ptr) {
+            Some(heap) => heap.deallocate(simt::activemask(), ptr),
+            // SAFETY: not in any heap's region, so the system allocator made
+            // it, with this layout (our caller's contract).
+            None => unsafe { std::alloc::System.dealloc(ptr, layout) },
+        }
+    }
+}
+
+/// C-ABI exports for kernels written in or linking C (`--features c-abi`):
+/// `malloc`, `free`, `calloc`, `realloc`, `aligned_alloc`. GPU builds only:
+/// on the host these names belong to the C library.
+#[cfg(all(feature = "c-abi", target_arch = "nvptx64"))]
+mod c_abi {
+    #[unsafe(no_mangle)]
+    extern "C" fn malloc(size: usize) -> *mut u8 {
+        super::malloc(size)
+    }
+
+    #[unsafe(no_mangle)]
+    extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut u8 {
+        super::aligned_alloc(align, size)
+    }
+
+    #[unsafe(no_mangle)]
+    extern "C" fn calloc(n: usize, size: usize) -> *mut u8 {
+        super::calloc(n, size)
+    }
+
+    /// # Safety
+    /// C's `free` contract.
+    #[unsafe(no_mangle)]
+    unsafe extern "C" fn free(ptr: *mut u8) {
+        // SAFETY: C's contract is ours.
+        unsafe { super::free(ptr) }
+    }
+
+    /// # Safety
+    /// C's `realloc` contract.
+    #[unsafe(no_mangle)]
+    unsafe extern "C" fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
+        // SAFETY: C's contract is ours.
+        unsafe { super::realloc(ptr, size) }
+    }
+}

@@ -1,0 +1,130 @@
+//! The slab cache: a bounded lock-free set of released slabs, so that a
+//! malloc/free loop that empties and refills a slab does not go to the host
+//! each time.
+//!
+//! ```text
+//!   entries: [ slab | 0 ][ slab | 0 ] ... [ slab | 0 ]    N words, `limit` used
+//!              ▲ push: CAS 0 → slab at the first free entry from a hint
+//!              ▼ pop:  swap slab → 0 at the first full entry from a hint
+//! ```
+//!
+//! Each entry is claimed or emptied by one atomic on that entry alone, so a
+//! slab is handed to exactly one popper and no ABA can hand it twice.
+//! Invariant: every non-zero entry is a slab that no slot publishes and that
+//! is mapped and clean (all bitfield bits zero), owned by the cache.
+
+use crate::simt::Scope;
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
+
+/// A bounded set of up to `N` cached slab addresses.
+#[derive(Debug)]
+pub struct SlabCache<const N: usize> {
+    entries: [AtomicU64; N],
+    /// Where the last push landed: pushes and pops start scanning there.
+    hint: AtomicU32,
+}
+
+impl<const N: usize> SlabCache<N> {
+    /// An empty cache.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        SlabCache {
+            entries: [const { AtomicU64::new(0) }; N],
+            hint: AtomicU32::new(0),
+        }
+    }
+
+    /// An empty cache.
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        SlabCache {
+            entries: core::array::from_fn(|_| AtomicU64::new(0)),
+            hint: AtomicU32::new(0),
+        }
+    }
+
+    /// Offers `slab` to the cache, using at most `limit` entries; `false`
+    /// when full (the caller keeps the slab).
+    pub fn push(&self, slab: u64, limit: usize) -> bool {
+        let limit = limit.min(N);
+        if limit == 0 || slab == 0 {
+            return false;
+        }
+        // ORDERING: release (gpu): the slab's contents (its clean bitfield,
+        // its header) happen-before the popper's use; pairs with the acquire
+        // fence in `pop`.
+        fence(Ordering::Release, Scope::Gpu);
+        let start = self.hint.load(Ordering::Relaxed) as usize;
+        for i in 0..limit {
+            let at = (start + i) % limit;
+            if self.entries[at].compare_exchange(0, slab).is_ok() {
+                self.hint.store(at as u32, Ordering::Relaxed);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Takes a cached slab, if any (looking at the first `limit` entries).
+    pub fn pop(&self, limit: usize) -> Option<u64> {
+        let limit = limit.min(N);
+        if limit == 0 {
+            return None;
+        }
+        let start = self.hint.load(Ordering::Relaxed) as usize;
+        for i in 0..limit {
+            let at = (start + limit - i) % limit;
+            // A cheap look first: most entries are empty when the cache is.
+            if self.entries[at].load(Ordering::Relaxed) != 0 {
+                let slab = self.entries[at].swap(0);
+                if slab != 0 {
+                    // ORDERING: acquire (gpu), pairs with the release fence
+                    // in `push`.
+                    fence(Ordering::Acquire, Scope::Gpu);
+                    return Some(slab);
+                }
+            }
+        }
+        None
+    }
+
+    /// Takes every cached slab, calling `f` on each (host side, when no
+    /// kernel runs; or a trim).
+    pub fn drain(&self, mut f: impl FnMut(u64)) {
+        for entry in &self.entries {
+            let slab = entry.swap(0);
+            if slab != 0 {
+                f(slab);
+            }
+        }
+    }
+
+    /// Calls `f` on every cached slab, leaving them cached (for checks).
+    pub fn for_each(&self, mut f: impl FnMut(u64)) {
+        for entry in &self.entries {
+            let slab = entry.load(Ordering::Relaxed);
+            if slab != 0 {
+                f(slab);
+            }
+        }
+    }
+
+    /// Cached slabs now.
+    pub fn len(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.load(Ordering::Relaxed) != 0)
+            .count()
+    }
+
+    /// Whether the cache holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<const N: usize> Default for SlabCache<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}

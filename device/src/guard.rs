@@ -1,0 +1,295 @@
+//! The slot guard: a wait-free reference-counted pointer to a slab.
+//!
+//! Each slot of the slot table holds one guard. A slot is empty (`ptr == 0`),
+//! being created (`ptr == SENTINEL`, owned by the lane that claimed it), or
+//! published (`ptr` = a slab's address). The reference count says how many
+//! reservations (allocations in flight or live, plus transient locks) the slab
+//! has; two flag bits let the release that reaches zero destroy the slab
+//! without a lock:
+//!
+//! ```text
+//!   refs:  63        62       61 ............................. 0
+//!        ┌─────────┬────────┬───────────────────────────────────┐
+//!        │ INVALID │ HELPED │ count                             │
+//!        └─────────┴────────┴───────────────────────────────────┘
+//! ```
+//!
+//! * `acquire(n)`: `fetch_add(n)`; it succeeded iff INVALID was clear.
+//! * `release(n)`: `fetch_sub(n)`; the lane that takes the count to zero tries
+//!   to CAS `0 → INVALID`. If that fails because a reader saw zero first and
+//!   set `INVALID | HELPED`, the releaser swaps in `INVALID` and owns the
+//!   destruction iff the swapped-out value still had HELPED (so exactly one
+//!   of them wins). If it fails because an acquire resurrected the count, the
+//!   slab lives on.
+//! * `read()`: the count, or 0 for a dying or empty slot; a reader that sees a
+//!   bare 0 marks it `INVALID | HELPED` so it can report the slot as empty
+//!   without waiting for the releaser.
+//! * `publish(n)`: after creating a slab, store its address, then acquire `n`;
+//!   if the counter is INVALID (the previous slab's corpse, or a helped
+//!   empty slot), reset it to `n` — no holder can exist, since every acquire
+//!   of an INVALID counter failed.
+//!
+//! Invariants (checked by the loom model in `tests` and by the simulator
+//! stress tests):
+//! * `count ≥ live reservations of the slab` while `ptr` is published, and a
+//!   reservation is taken (acquire) before its bit is set and given back
+//!   (release) after its bit is cleared, so `count ≥ set bits`;
+//! * the slab is destroyed only by the release that took the count to zero
+//!   and won INVALID, exactly once per publication;
+//! * a lane holding a successful acquire reads a published `ptr`, and that
+//!   slab outlives its release.
+
+use crate::simt::Scope;
+use crate::sync::{AtomicU64, Ordering, fence};
+
+/// The counter is dying or empty: acquires fail.
+pub const INVALID: u64 = 1 << 63;
+/// A reader saw zero before the releaser could invalidate.
+pub const HELPED: u64 = 1 << 62;
+/// `ptr` of a slot being created.
+pub const SENTINEL: u64 = u64::MAX;
+/// How many times `find_slab` retries a busy slot (being created or
+/// destroyed) before moving on.
+pub const MAX_TRIES: u32 = 16;
+
+const _: () = assert!(INVALID & HELPED == 0 && (INVALID | HELPED) >> 62 == 3);
+
+/// The reference count of a slot.
+#[derive(Debug)]
+pub struct RefCount {
+    counter: AtomicU64,
+}
+
+impl RefCount {
+    /// A count of zero (an empty slot).
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        RefCount {
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// A count of zero (an empty slot).
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        RefCount {
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes `n` references; the count after, or `None` if the counter is
+    /// INVALID (the references are not held).
+    #[inline(always)]
+    pub fn acquire(&self, n: u64) -> Option<u64> {
+        let count = self.counter.fetch_add(n).wrapping_add(n);
+        (count & INVALID == 0).then_some(count)
+    }
+
+    /// Gives back `n` references taken by a successful [`acquire`]. Returns
+    /// whether the caller now owns the destruction of the slab.
+    ///
+    /// [`acquire`]: RefCount::acquire
+    #[inline(always)]
+    pub fn release(&self, n: u64) -> bool {
+        if self.counter.fetch_sub(n) != n {
+            return false;
+        }
+        match self.counter.compare_exchange(0, INVALID) {
+            Ok(_) => true,
+            Err(seen) => seen & HELPED != 0 && self.counter.swap(INVALID) & HELPED != 0,
+        }
+    }
+
+    /// The count, or 0 for a dying or empty slot (helping a releaser that
+    /// took it to zero).
+    #[inline(always)]
+    pub fn read(&self) -> u64 {
+        let value = self.counter.load(Ordering::Relaxed);
+        if value == 0 {
+            // Either way the slot is empty or dying: report zero.
+            let _ = self.counter.compare_exchange(0, INVALID | HELPED);
+            return 0;
+        }
+        if value & INVALID != 0 { 0 } else { value }
+    }
+
+    /// Sets the count of a freshly published slab to `n`.
+    #[inline(always)]
+    fn reset(&self, n: u64) -> u64 {
+        self.counter.store(n, Ordering::Relaxed);
+        n
+    }
+
+    /// The raw counter (for reports and checks).
+    pub fn raw(&self) -> u64 {
+        self.counter.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for RefCount {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a lock attempt found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// The slot holds slab `slab`; the caller holds `n` references and the
+    /// count after its acquire was `count`.
+    Acquired {
+        /// The slab's address.
+        slab: u64,
+        /// The count after the acquire.
+        count: u64,
+    },
+    /// The slot was empty and the caller claimed it: it must create a slab
+    /// and [`Guard::publish`] it, or [`Guard::abandon`] the claim.
+    Claimed,
+    /// The slot is being created or destroyed: try another.
+    Busy,
+    /// The slot is empty and the caller may not claim it.
+    Empty,
+}
+
+/// One slot of the slot table.
+#[derive(Debug)]
+pub struct Guard {
+    ptr: AtomicU64,
+    refs: RefCount,
+}
+
+impl Guard {
+    /// An empty slot.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        Guard {
+            ptr: AtomicU64::new(0),
+            refs: RefCount::new(),
+        }
+    }
+
+    /// An empty slot.
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        Guard {
+            ptr: AtomicU64::new(0),
+            refs: RefCount::new(),
+        }
+    }
+
+    /// Tries to take `n` references to the slot's slab, claiming the slot
+    /// when it is empty and `may_claim`. One lane calls it for its group.
+    pub fn lock(&self, n: u64, may_claim: bool) -> Lock {
+        let mut seen = self.ptr.load(Ordering::Relaxed);
+        if seen == 0 {
+            if !may_claim {
+                return Lock::Empty;
+            }
+            match self.ptr.compare_exchange(0, SENTINEL) {
+                Ok(_) => return Lock::Claimed,
+                Err(now) => seen = now,
+            }
+        }
+        if seen == 0 || seen == SENTINEL {
+            // Being created (or just abandoned): the caller retries later. It
+            // must not wait here: the creating group may be in its own warp,
+            // waiting for it at the next collective.
+            return Lock::Busy;
+        }
+        let Some(count) = self.refs.acquire(n) else {
+            return Lock::Busy;
+        };
+        // ORDERING: pairs with the release fence in `publish` (gpu scope): a
+        // successful acquire means the slab we now read was published, with
+        // its header and bitfield initialised, before our reference counted.
+        fence(Ordering::Acquire, Scope::Gpu);
+        // Re-read: the slab may have been replaced between the first load and
+        // the acquire; the reference now protects the current one.
+        let slab = self.ptr.load(Ordering::Relaxed);
+        if slab == 0 || slab == SENTINEL {
+            // Unreachable by the protocol (a valid count implies a published
+            // slab); give the references back rather than use garbage.
+            self.release_after_failed_lock(n);
+            return Lock::Busy;
+        }
+        Lock::Acquired { slab, count }
+    }
+
+    fn release_after_failed_lock(&self, n: u64) {
+        // The count cannot reach zero here without a slab to destroy; if it
+        // does, there is nothing published to hand back.
+        let _ = self.refs.release(n);
+    }
+
+    /// Publishes a slab created after [`Lock::Claimed`] and takes `n`
+    /// references to it; returns the count after.
+    pub fn publish(&self, slab: u64, n: u64) -> u64 {
+        // ORDERING: release (gpu): the slab's header and zeroed bitfield
+        // happen-before any lane that acquires it (pairs with the acquire
+        // fence in `lock`).
+        fence(Ordering::Release, Scope::Gpu);
+        self.ptr.store(slab, Ordering::Relaxed);
+        // ORDERING: the store above is ordered before our acquire of the
+        // count, so a lock that sees our count also sees the pointer.
+        fence(Ordering::AcqRel, Scope::Gpu);
+        match self.refs.acquire(n) {
+            Some(count) => count,
+            None => self.refs.reset(n),
+        }
+    }
+
+    /// Gives up a claim (no memory for a slab).
+    pub fn abandon(&self) {
+        self.ptr.store(0, Ordering::Relaxed);
+    }
+
+    /// Gives back `n` references. Returns the slab's address when the caller
+    /// now owns its destruction: it must dispose of the slab, then call
+    /// [`Guard::vacate`].
+    pub fn unlock(&self, n: u64) -> Option<u64> {
+        // ORDERING: release (gpu): our accesses to the slab (chunk data,
+        // bitfield) happen-before its destruction by whichever lane wins it;
+        // pairs with the acquire fence below on the winning side.
+        fence(Ordering::Release, Scope::Gpu);
+        if !self.refs.release(n) {
+            return None;
+        }
+        // ORDERING: acquire (gpu): everything the other holders did to the
+        // slab happened before we dispose of it.
+        fence(Ordering::Acquire, Scope::Gpu);
+        Some(self.ptr.load(Ordering::Relaxed))
+    }
+
+    /// Empties the slot after its slab was disposed of.
+    pub fn vacate(&self) {
+        // ORDERING: release (gpu): the disposal (cache push, chunk table)
+        // happens-before a later claim of this slot.
+        fence(Ordering::Release, Scope::Gpu);
+        self.ptr.store(0, Ordering::Relaxed);
+    }
+
+    /// The slot's count, or 0 when it is empty or dying.
+    pub fn use_count(&self) -> u64 {
+        self.refs.read()
+    }
+
+    /// The published slab, if any (no reference taken: for checks only).
+    pub fn peek(&self) -> Option<u64> {
+        match self.ptr.load(Ordering::Relaxed) {
+            0 | SENTINEL => None,
+            slab => Some(slab),
+        }
+    }
+
+    /// The raw reference counter (for checks).
+    pub fn raw_count(&self) -> u64 {
+        self.refs.raw()
+    }
+}
+
+impl Default for Guard {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,294 @@
+//! A slab: 2 MiB, aligned to 2 MiB, serving chunks of one size class.
+//!
+//! ```text
+//!   0        4        8        12       16                data           2 MiB
+//!   ┌────────┬────────┬────────┬────────┬──────────────┬─────┬──────────────┐
+//!   │ chunk  │ slot   │ words  │ magic  │ bitfield[]   │ pad │ chunks[]     │
+//!   └────────┴────────┴────────┴────────┴──────────────┴─────┴──────────────┘
+//!   header (16 B)                        words × u32     to data_align
+//! ```
+//!
+//! Bit `i` of the bitfield is set while chunk `i` (at `data + i·chunk`) is
+//! allocated. A pointer that is not 2 MiB aligned belongs to the slab at its
+//! 2 MiB boundary (the header sits where no chunk can); the chunk table of the
+//! heap says whether that slab is live before anything here is read.
+//!
+//! Invariants: `set bits ≤ usable`; bits `≥ usable` are never set; a bit is
+//! set by exactly one lane (the one whose `fetch_or` turned it from 0 to 1)
+//! and cleared by exactly one (whose `fetch_and` turned it from 1 to 0).
+
+use crate::simt::{self, Backoff, Scope};
+use crate::size_class::{CLASSES, Geometry, HEADER_BYTES, SLAB_SIZE, WORD_BITS, class_index};
+use crate::sync::{AtomicU32, Ordering, fence};
+
+/// "WASL": marks a slab header written by this allocator.
+pub const MAGIC: u32 = 0x5741_534c;
+
+/// The header at offset 0 of every slab.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Header {
+    /// Chunk bytes of the slab's class.
+    pub chunk: u32,
+    /// The slot that publishes the slab.
+    pub slot: u32,
+    /// Bitfield words of the class (kept when the slab is cached, so that a
+    /// reuse knows how much of it is known to be zero).
+    pub words: u32,
+    /// [`MAGIC`].
+    pub magic: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<Header>() == HEADER_BYTES as usize);
+const _: () = assert!(SLAB_SIZE.is_power_of_two());
+
+/// A slab, by its address. The address must be a slab this heap owns for
+/// every method that reads or writes through it (see each `# Safety`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slab(pub u64);
+
+impl Slab {
+    /// The slab containing `addr`.
+    #[inline(always)]
+    pub fn containing(addr: u64) -> Slab {
+        Slab(addr & !(SLAB_SIZE - 1))
+    }
+
+    #[inline(always)]
+    fn header_ptr(self) -> *mut Header {
+        self.0 as usize as *mut Header
+    }
+
+    /// Reads the header.
+    ///
+    /// # Safety
+    /// The slab is mapped and its header was written by [`Slab::init`]
+    /// before (in happens-before order) this read.
+    #[inline(always)]
+    pub unsafe fn header(self) -> Header {
+        // SAFETY: the caller's contract; the header is 16-byte aligned at
+        // the slab's start.
+        unsafe { self.header_ptr().read() }
+    }
+
+    /// Bitfield word `i`.
+    ///
+    /// # Safety
+    /// The slab is mapped and `i` is below its class's word count.
+    #[inline(always)]
+    pub unsafe fn word<'a>(self, i: u32) -> &'a AtomicU32 {
+        let ptr = (self.0 + u64::from(HEADER_BYTES) + 4 * u64::from(i)) as usize as *mut u32;
+        // SAFETY: in bounds of a mapped slab by the caller's contract, and
+        // 4-byte aligned; bitfield words are only ever accessed atomically.
+        unsafe { AtomicU32::from_ptr(ptr) }
+    }
+
+    /// Prepares the slab for class `geo` in slot `slot`. Every lane of
+    /// `group` calls it; they zero the bitfield words from `clean_words` up
+    /// together (words below `clean_words` are known to be zero: a cached
+    /// slab of a class with that many words). Ends with a `syncwarp` of
+    /// the group, after which the leader may publish the slab.
+    ///
+    /// # Safety
+    /// The group owns the slab exclusively (a fresh claim), and it is mapped.
+    pub unsafe fn init(self, group: u32, geo: Geometry, slot: u32, clean_words: u32) {
+        let rank = (group & simt::lanemask_lt()).count_ones();
+        let lanes = group.count_ones();
+        if rank == 0 {
+            // SAFETY: exclusive ownership by the caller's contract; the
+            // header is in bounds and aligned.
+            unsafe {
+                self.header_ptr().write(Header {
+                    chunk: geo.chunk,
+                    slot,
+                    words: geo.words,
+                    magic: MAGIC,
+                })
+            };
+        }
+        let mut i = clean_words.min(geo.words) + rank;
+        while i < geo.words {
+            // SAFETY: `i < geo.words`, inside the mapped slab.
+            unsafe { self.word(i) }.store(0, Ordering::Relaxed);
+            i += lanes;
+        }
+        // ORDERING: release (gpu): this lane's zeroing is ordered before the
+        // syncwarp, after which the leader's release fence in
+        // `Guard::publish` makes the whole slab visible to lockers.
+        fence(Ordering::Release, Scope::Gpu);
+        simt::syncwarp(group);
+    }
+
+    /// The chunk index of `addr` in a slab of class `geo`, if `addr` lies in
+    /// a chunk's bytes.
+    #[inline(always)]
+    pub fn index_of(self, addr: u64, geo: Geometry) -> Option<u32> {
+        let offset = addr.checked_sub(self.0 + u64::from(geo.data))?;
+        let index = offset / u64::from(geo.chunk);
+        (index < u64::from(geo.usable)).then_some(index as u32)
+    }
+
+    /// The address of chunk `index`.
+    #[inline(always)]
+    pub fn chunk_addr(self, index: u32, geo: Geometry) -> u64 {
+        self.0 + u64::from(geo.data) + u64::from(index) * u64::from(geo.chunk)
+    }
+
+    /// Allocates one chunk for each lane of `uniform` (lanes that share this
+    /// slab and each hold a reservation; `reserved` is the lane's 1-based
+    /// position among the slab's reservations). All lanes of `uniform` call
+    /// it; each gets a distinct chunk.
+    ///
+    /// The walk starts at the group's position (in a fresh slab that is where
+    /// the free bits are), lanes that land in one word set their bits with one
+    /// `fetch_or`, and lanes that lost use the word it returned to jump to a
+    /// known free bit, or a random word when it was full.
+    ///
+    /// # Safety
+    /// Each lane holds a reservation on this live slab (a successful lock
+    /// whose position is ≤ `geo.usable`), so a free bit exists for it.
+    pub unsafe fn allocate(self, uniform: u32, reserved: u64, geo: Geometry) -> u64 {
+        let bits = geo.usable;
+        let mut state = entropy();
+        let lead = simt::leader(uniform);
+        let first = simt::shfl_u64(uniform, reserved.saturating_sub(1), lead);
+        let mut start = (first % u64::from(bits)) as u32;
+        let mut result = 0u64;
+        let mut waiting = uniform;
+        let mut backoff = Backoff::new();
+        while waiting != 0 {
+            if result == 0 {
+                // Lanes still looking: `waiting`, all of them here.
+                let lt = simt::lanemask_lt();
+                let id = (waiting & lt).count_ones();
+                let index = (start + id) % bits;
+                let word = index / WORD_BITS;
+                let bit = index % WORD_BITS;
+                // Runs of lanes whose bits are consecutive in one word: a run
+                // starts at the first lane and at every word boundary (and at
+                // the wrap to index 0, which is a word boundary).
+                let heads = simt::ballot(waiting, id == 0 || bit == 0);
+                let me = simt::lane_id();
+                let head = 31 - (heads & lanes_below(me + 1)).leading_zeros();
+                let above = heads & !lanes_below(head + 1);
+                let next = if above == 0 {
+                    32
+                } else {
+                    above.trailing_zeros()
+                };
+                let run = waiting & lanes_below(next) & !lanes_below(head);
+                // Bits of a run are consecutive from the head's bit.
+                let head_bit = bit - (run & lt).count_ones();
+                let run_mask = (((1u64 << run.count_ones()) - 1) << head_bit) as u32;
+                let mut before = 0;
+                if me == head {
+                    // SAFETY: `word < geo.words` since `index < usable`.
+                    before = unsafe { self.word(word) }.fetch_or(run_mask);
+                }
+                let before = simt::shfl_u32(waiting, before, head);
+                if before & (1 << bit) == 0 {
+                    result = self.chunk_addr(index, geo);
+                }
+                let after = before | run_mask;
+                let still = simt::ballot(waiting, result == 0);
+                if result == 0 {
+                    let free = !after;
+                    let mut next = word * WORD_BITS + free.trailing_zeros();
+                    if free == 0 || next >= bits {
+                        next = (xorshift32(&mut state) % bits) & !(WORD_BITS - 1);
+                        backoff.snooze();
+                    }
+                    start = simt::shfl_u32(still, next, simt::leader(still));
+                }
+            }
+            waiting = simt::ballot(uniform, result == 0);
+        }
+        // ORDERING: acquire (gpu): pairs with the release fence of the lane
+        // that freed the chunk (`deallocate`): its accesses to the chunk
+        // happen-before ours.
+        fence(Ordering::Acquire, Scope::Gpu);
+        result
+    }
+
+    /// Clears chunk `index`'s bit. `true` if it was set (a real free), `false`
+    /// if it was already clear (a double free: nothing changed).
+    ///
+    /// # Safety
+    /// The caller holds a reference to this live slab, and `index < usable`.
+    pub unsafe fn deallocate(self, index: u32) -> bool {
+        let bit = 1u32 << (index % WORD_BITS);
+        // ORDERING: release (gpu): the freeing lane's accesses to the chunk
+        // happen-before the next owner's (pairs with the acquire fence at
+        // the end of `allocate`).
+        fence(Ordering::Release, Scope::Gpu);
+        // SAFETY: `index < usable` so the word is in the bitfield.
+        let before = unsafe { self.word(index / WORD_BITS) }.fetch_and(!bit);
+        before & bit != 0
+    }
+
+    /// The class geometry of a live slab.
+    ///
+    /// # Safety
+    /// As for [`Slab::header`].
+    #[inline(always)]
+    pub unsafe fn geometry(self) -> Option<Geometry> {
+        // SAFETY: the caller's contract.
+        let chunk = unsafe { self.header() }.chunk;
+        if chunk < 16 || chunk as u64 > SLAB_SIZE / 2 {
+            return None;
+        }
+        let geo = CLASSES[class_index(chunk).min(CLASSES.len() - 1)];
+        (geo.chunk == chunk).then_some(geo)
+    }
+
+    /// Set bits of the bitfield (for checks; not atomic as a whole).
+    ///
+    /// # Safety
+    /// As for [`Slab::header`].
+    pub unsafe fn count_set(self, geo: Geometry) -> u32 {
+        (0..geo.words)
+            // SAFETY: every `i < geo.words`.
+            .map(|i| unsafe { self.word(i) }.load(Ordering::Relaxed).count_ones())
+            .sum()
+    }
+
+    /// Whether any bit at or above `usable` is set (never, by the invariant).
+    ///
+    /// # Safety
+    /// As for [`Slab::header`].
+    pub unsafe fn has_phantom_bits(self, geo: Geometry) -> bool {
+        let last = geo.usable / WORD_BITS;
+        let used = geo.usable % WORD_BITS;
+        (last..geo.words).any(|i| {
+            // SAFETY: `i < geo.words`.
+            let w = unsafe { self.word(i) }.load(Ordering::Relaxed);
+            let valid = if i == last { (1u32 << used) - 1 } else { 0 };
+            w & !valid != 0
+        })
+    }
+}
+
+/// Lanes `0..n` as a mask (`n` up to 32).
+#[inline(always)]
+fn lanes_below(n: u32) -> u32 {
+    if n >= 32 { u32::MAX } else { (1u32 << n) - 1 }
+}
+
+/// A per-lane seed: the clock mixed with the thread and block.
+#[inline(always)]
+fn entropy() -> u32 {
+    let t = simt::thread_linear();
+    let b = simt::block_linear() as u32;
+    let seed = (simt::clock() as u32 ^ t.wrapping_mul(0x632b_e59b) ^ b.wrapping_mul(0x8515_7af5))
+        .wrapping_mul(0x9e37_79bb);
+    if seed == 0 { 0x9e37_79bb } else { seed }
+}
+
+/// xorshift32 with a multiplicative finish.
+#[inline(always)]
+fn xorshift32(state: &mut u32) -> u32 {
+    *state ^= *state << 13;
+    *state ^= *state >> 17;
+    *state ^= *state << 5;
+    state.wrapping_mul(0x9e37_79bb)
+}

@@ -1,0 +1,507 @@
+//! Allocator stress kernels, in the mimalloc / LLVM libc style: a fixed-seed
+//! generator per thread, an owner-tagged pattern written at malloc and checked
+//! at free, occasional huge blocks, pointers handed between warps and blocks
+//! through a shared array. Every kernel counts what went wrong on the device
+//! ([`Stats`]); the host checks the counts — a run that corrupts or loses
+//! memory fails, it does not just print.
+
+use warpalloc_device::kernel;
+use warpalloc_device::simt::{self, Scope};
+use warpalloc_device::size_class::{CLASSES, LARGE_THRESHOLD, SLAB_SIZE};
+use warpalloc_device::sync::{AtomicU64, Ordering, fence};
+use warpalloc_device::{aligned_alloc, free, malloc, usable_size};
+
+use crate::mix;
+
+/// Device-side counters of a stress kernel: `stats[i]` for each field's index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Successful allocations.
+    pub allocs: u64,
+    /// Frees.
+    pub frees: u64,
+    /// Allocations that returned null.
+    pub nulls: u64,
+    /// Blocks whose pattern was wrong when checked (corruption or overlap).
+    pub corrupt: u64,
+    /// Pointers that broke the allocator's promises (misaligned, too small
+    /// a usable size, outside expectations).
+    pub broken: u64,
+    /// Bytes requested by successful allocations.
+    pub bytes: u64,
+    /// Large blocks (≥ 1 MiB) allocated.
+    pub large: u64,
+    /// The first corrupt block's owner tag (`owner << 32 | seq`), if any.
+    pub first_bad: u64,
+}
+
+/// Words of the stats array.
+pub const STATS_WORDS: usize = 8;
+
+impl Stats {
+    /// Reads a stats array written by a kernel.
+    pub fn from_words(w: &[u64]) -> Stats {
+        Stats {
+            allocs: w[0],
+            frees: w[1],
+            nulls: w[2],
+            corrupt: w[3],
+            broken: w[4],
+            bytes: w[5],
+            large: w[6],
+            first_bad: w[7],
+        }
+    }
+}
+
+#[inline(always)]
+fn stat(stats: *mut u64, i: usize) -> &'static AtomicU64 {
+    // SAFETY: the host allocated STATS_WORDS words at `stats` for the launch,
+    // accessed only atomically by the kernels.
+    unsafe { AtomicU64::from_ptr(stats.wrapping_add(i)) }
+}
+
+#[inline(always)]
+fn count(stats: *mut u64, i: usize, n: u64) {
+    stat(stats, i).fetch_add(n);
+}
+
+/// A per-thread xorshift64* generator.
+#[derive(Clone, Copy)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// The generator of thread `thread` under `seed`.
+    pub fn new(seed: u32, thread: u32) -> Rng {
+        let s =
+            (u64::from(mix(seed ^ 0x5bd1_e995)) << 32) | u64::from(mix(thread.wrapping_add(seed)));
+        Rng(s | 1)
+    }
+
+    /// The next 32 random bits.
+    #[inline(always)]
+    pub fn next_u32(&mut self) -> u32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
+    }
+
+    /// A value in `0..n` (`n > 0`).
+    #[inline(always)]
+    pub fn below(&mut self, n: u32) -> u32 {
+        ((u64::from(self.next_u32()) * u64::from(n)) >> 32) as u32
+    }
+}
+
+/// Bytes of the tag at the start of every block of `size ≥ 16`.
+pub const TAG_BYTES: usize = 16;
+const TAG_MAGIC: u32 = 0x7a67_0da7;
+
+/// The pattern byte at offset `i` of block `(owner, seq)`.
+#[inline(always)]
+pub fn pattern_byte(owner: u32, seq: u32, i: usize) -> u8 {
+    (mix(owner ^ mix(seq ^ mix(i as u32 >> 2))) >> (8 * (i & 3))) as u8
+}
+
+/// Offsets of a block that carry the pattern: every byte of the first 256,
+/// then 16 bytes at each 64 KiB, and the last 16. (A full write of a 3 MiB
+/// block would dominate a simulator run; these catch any overlap of two
+/// blocks, since every block's start is written.)
+#[inline(always)]
+fn pattern_spans(size: usize, mut f: impl FnMut(usize, usize)) {
+    let head = size.min(256);
+    f(0, head);
+    let mut at = 64 << 10;
+    while at + 16 <= size {
+        f(at, 16);
+        at += 64 << 10;
+    }
+    if size > 256 {
+        f(size - 16.min(size - 256), 16.min(size - 256));
+    }
+}
+
+/// Writes block `(owner, seq)`'s tag (when `size ≥ 16`) and pattern.
+///
+/// # Safety
+/// `p` is a live allocation of at least `size` bytes owned by the caller.
+pub unsafe fn write_pattern(p: *mut u8, size: usize, owner: u32, seq: u32) {
+    pattern_spans(size, |start, len| {
+        for i in start..start + len {
+            // SAFETY: `i < size`, inside the caller's block.
+            unsafe { p.add(i).write(pattern_byte(owner, seq, i)) };
+        }
+    });
+    if size >= TAG_BYTES {
+        let tag = [TAG_MAGIC, owner, seq, size as u32];
+        // SAFETY: 16 bytes inside the block; unaligned writes are fine.
+        unsafe { p.cast::<[u32; 4]>().write_unaligned(tag) };
+    }
+}
+
+/// Checks block `(owner, seq)` of `size` bytes.
+///
+/// # Safety
+/// As for [`write_pattern`].
+pub unsafe fn check_pattern(p: *const u8, size: usize, owner: u32, seq: u32) -> bool {
+    let mut ok = true;
+    if size >= TAG_BYTES {
+        // SAFETY: 16 bytes inside the block.
+        let tag = unsafe { p.cast::<[u32; 4]>().read_unaligned() };
+        ok &= tag == [TAG_MAGIC, owner, seq, size as u32];
+    }
+    pattern_spans(size, |start, len| {
+        for i in start.max(if size >= TAG_BYTES { TAG_BYTES } else { 0 })..start + len {
+            // SAFETY: `i < size`.
+            ok &= unsafe { p.add(i).read() } == pattern_byte(owner, seq, i);
+        }
+    });
+    ok
+}
+
+/// Reads the tag of a block handed over by another thread: (owner, seq,
+/// size), if the magic is there.
+///
+/// # Safety
+/// `p` is a live block of at least 16 bytes.
+pub unsafe fn read_tag(p: *const u8) -> Option<(u32, u32, usize)> {
+    // SAFETY: the caller's contract.
+    let tag = unsafe { p.cast::<[u32; 4]>().read_unaligned() };
+    (tag[0] == TAG_MAGIC).then_some((tag[1], tag[2], tag[3] as usize))
+}
+
+/// A request size from the churn distribution: log-uniform from 16 bytes to
+/// `max_small`, and one in `large_one_in` a block of 1–3 MiB.
+#[inline(always)]
+pub fn churn_size(rng: &mut Rng, max_small: u32, large_one_in: u32) -> usize {
+    if large_one_in != 0 && rng.below(large_one_in) == 0 {
+        return LARGE_THRESHOLD as usize + rng.below(2 * SLAB_SIZE as u32) as usize;
+    }
+    let bits = 32 - max_small.max(32).leading_zeros(); // log2(max) + 1
+    let octave = 4 + rng.below(bits - 4);
+    let low = 1u32 << (octave - 1);
+    let size = low + rng.below(low);
+    size.clamp(TAG_BYTES as u32, max_small) as usize
+}
+
+/// Checks, tags-first, and frees a block the caller owns; counts the result.
+///
+/// # Safety
+/// `p` is a live block of `size` bytes written by `write_pattern(owner,
+/// seq)` (or corrupted: that is what is checked).
+unsafe fn check_and_free(stats: *mut u64, p: *mut u8, size: usize, owner: u32, seq: u32) {
+    // SAFETY: the caller's contract.
+    if !unsafe { check_pattern(p, size, owner, seq) } {
+        count(stats, 3, 1);
+        let _ = stat(stats, 7).compare_exchange(0, (u64::from(owner) << 32) | u64::from(seq));
+    }
+    // SAFETY: the caller owns `p`, and nothing uses it after.
+    unsafe { free(p) };
+    count(stats, 1, 1);
+}
+
+/// Hands `p` to the shared array at a random slot; returns what was there.
+#[inline(always)]
+fn hand_over(transfer: *mut u64, slots: u32, rng: &mut Rng, p: *mut u8) -> *mut u8 {
+    let at = rng.below(slots) as usize;
+    // SAFETY: the host allocated `slots` words at `transfer`, only ever
+    // accessed atomically.
+    let slot = unsafe { AtomicU64::from_ptr(transfer.wrapping_add(at)) };
+    // ORDERING: release (gpu): our pattern writes happen-before the taker's
+    // checks; pairs with the acquire fence below on the taking side.
+    fence(Ordering::Release, Scope::Gpu);
+    let old = slot.swap(p.expose_provenance() as u64);
+    // ORDERING: acquire (gpu): pairs with the release fence of whoever put
+    // `old` there.
+    fence(Ordering::Acquire, Scope::Gpu);
+    core::ptr::with_exposed_provenance_mut(old as usize)
+}
+
+/// Live blocks a churning thread keeps.
+pub const WINDOW: usize = 4;
+
+kernel! {
+    /// Churn: each thread runs `iterations` rounds of malloc (sizes from
+    /// [`churn_size`]) → write its pattern → keep it in a window of
+    /// [`WINDOW`] blocks or hand it to another thread through `transfer`
+    /// (`slots` words) → check and free whatever it evicts or receives.
+    /// Blocks left in `transfer` are freed by [`drain_transfer`].
+    pub fn churn(
+        stats: *mut u64,
+        transfer: *mut u64,
+        slots: u32,
+        seed: u32,
+        iterations: u32,
+        max_small: u32,
+        large_one_in: u32,
+    ) {
+        let me = simt::global_thread_id() as u32;
+        let mut rng = Rng::new(seed, me);
+        let mut window = [(core::ptr::null_mut::<u8>(), 0usize, 0u32); WINDOW];
+        for seq in 0..iterations {
+            let size = churn_size(&mut rng, max_small, large_one_in);
+            let p = malloc(size);
+            if p.is_null() {
+                count(stats, 2, 1);
+                continue;
+            }
+            count(stats, 0, 1);
+            count(stats, 5, size as u64);
+            if size as u64 >= LARGE_THRESHOLD {
+                count(stats, 6, 1);
+            }
+            if (usable_size(p)) < size || !p.addr().is_multiple_of(16) {
+                count(stats, 4, 1);
+            }
+            // SAFETY: a fresh block of `size` bytes, ours.
+            unsafe { write_pattern(p, size, me, seq) };
+            if slots != 0 && rng.below(4) == 0 {
+                let got = hand_over(transfer, slots, &mut rng, p);
+                if !got.is_null() {
+                    // SAFETY: blocks in `transfer` are live, ≥ 16 bytes and
+                    // tagged by their writer; the swap made it ours.
+                    match unsafe { read_tag(got) } {
+                        // SAFETY: as above.
+                        Some((owner, s, n)) => unsafe { check_and_free(stats, got, n, owner, s) },
+                        None => {
+                            count(stats, 3, 1);
+                            // SAFETY: ours, by the swap.
+                            unsafe { free(got) };
+                            count(stats, 1, 1);
+                        }
+                    }
+                }
+            } else {
+                let at = rng.below(WINDOW as u32) as usize;
+                let (old, n, s) = window[at];
+                window[at] = (p, size, seq);
+                if !old.is_null() {
+                    // SAFETY: our own block from an earlier round.
+                    unsafe { check_and_free(stats, old, n, me, s) };
+                }
+            }
+        }
+        for (p, n, s) in window {
+            if !p.is_null() {
+                // SAFETY: our own block.
+                unsafe { check_and_free(stats, p, n, me, s) };
+            }
+        }
+    }
+}
+
+kernel! {
+    /// Checks and frees every block left in `transfer` (thread `i` takes
+    /// slots `i, i + threads, ...`).
+    pub fn drain_transfer(stats: *mut u64, transfer: *mut u64, slots: u32) {
+        let threads = (simt::grid_dim().volume() * simt::block_dim().volume()) as u32;
+        let mut at = simt::global_thread_id() as u32;
+        while at < slots {
+            // SAFETY: `at < slots`, accessed atomically.
+            let slot = unsafe { AtomicU64::from_ptr(transfer.wrapping_add(at as usize)) };
+            let got: *mut u8 = core::ptr::with_exposed_provenance_mut(slot.swap(0) as usize);
+            // ORDERING: acquire (gpu): pairs with the release fence of the
+            // thread that left the block (in an earlier launch as well).
+            fence(Ordering::Acquire, Scope::Gpu);
+            if !got.is_null() {
+                // SAFETY: live tagged blocks, ours by the swap.
+                match unsafe { read_tag(got) } {
+                    // SAFETY: as above.
+                    Some((owner, s, n)) => unsafe { check_and_free(stats, got, n, owner, s) },
+                    None => count(stats, 3, 1),
+                }
+            }
+            at += threads;
+        }
+    }
+}
+
+/// The request sizes of [`size_sweep`]: 1..=64 bytes, then every class's
+/// chunk size and one byte more, then large blocks around 1, 2 and 3 MiB.
+pub fn sweep_size(i: u32) -> usize {
+    const CLASSES_N: u32 = CLASSES.len() as u32;
+    const LARGE: [usize; 6] = [
+        LARGE_THRESHOLD as usize - 1,
+        LARGE_THRESHOLD as usize,
+        LARGE_THRESHOLD as usize + 1,
+        SLAB_SIZE as usize,
+        SLAB_SIZE as usize + 1,
+        3 * SLAB_SIZE as usize / 2 + 12_345,
+    ];
+    if i < 64 {
+        return i as usize + 1;
+    }
+    let j = i - 64;
+    if j < 2 * CLASSES_N {
+        let chunk = CLASSES[(j / 2) as usize].chunk as usize;
+        return chunk + (j % 2) as usize;
+    }
+    LARGE[((j - 2 * CLASSES_N) as usize) % LARGE.len()]
+}
+
+/// How many distinct sizes [`sweep_size`] has.
+pub const SWEEP_SIZES: u32 = 64 + 2 * CLASSES.len() as u32 + 6;
+
+kernel! {
+    /// Size sweep: thread `i` allocates [`sweep_size`]`(i % SWEEP_SIZES)`
+    /// bytes, checks the usable size and alignment, writes and checks its
+    /// pattern, and frees it.
+    pub fn size_sweep(stats: *mut u64) {
+        let me = simt::global_thread_id() as u32;
+        let size = sweep_size(me % SWEEP_SIZES);
+        let p = malloc(size);
+        if p.is_null() {
+            count(stats, 2, 1);
+            return;
+        }
+        count(stats, 0, 1);
+        if usable_size(p) < size || !p.addr().is_multiple_of(16) {
+            count(stats, 4, 1);
+        }
+        // SAFETY: a fresh block of `size` bytes, ours.
+        unsafe {
+            write_pattern(p, size, me, 0);
+            check_and_free(stats, p, size, me, 0);
+        }
+    }
+}
+
+/// The alignment thread `i` of [`aligned`] asks for: 1 B to 4 KiB, then
+/// 8 KiB, 64 KiB, 512 KiB, 2 MiB and 4 MiB.
+pub fn sweep_align(i: u32) -> usize {
+    const BIG: [usize; 5] = [8 << 10, 64 << 10, 512 << 10, 2 << 20, 4 << 20];
+    let k = i % 18;
+    if k < 13 {
+        1 << k
+    } else {
+        BIG[(k - 13) as usize]
+    }
+}
+
+kernel! {
+    /// Alignment: each thread allocates `aligned_alloc(sweep_align(i),
+    /// size)` with a random size, checks alignment and usable size, writes,
+    /// checks and frees.
+    pub fn aligned(stats: *mut u64, seed: u32) {
+        let me = simt::global_thread_id() as u32;
+        let mut rng = Rng::new(seed, me);
+        let align = sweep_align(me);
+        let size = 1 + rng.below(if align > 4096 { 4096 } else { 3 * align as u32 + 64 }) as usize;
+        let p = aligned_alloc(align, size);
+        if p.is_null() {
+            count(stats, 2, 1);
+            return;
+        }
+        count(stats, 0, 1);
+        if !p.addr().is_multiple_of(align) || usable_size(p) < size {
+            count(stats, 4, 1);
+        }
+        // SAFETY: a fresh block of `size` bytes, ours.
+        unsafe {
+            write_pattern(p, size, me, 1);
+            check_and_free(stats, p, size, me, 1);
+        }
+    }
+}
+
+kernel! {
+    /// Fill: each thread allocates `size(i)` bytes until null or `per_thread`
+    /// blocks, writes each block's pattern and records it in `ptrs` /
+    /// `sizes` (`per_thread` entries per thread; `counts[thread]` used).
+    pub fn fill(
+        stats: *mut u64,
+        ptrs: *mut u64,
+        sizes: *mut u32,
+        counts: *mut u32,
+        per_thread: u32,
+        seed: u32,
+        max_small: u32,
+    ) {
+        let me = simt::global_thread_id() as u32;
+        let mut rng = Rng::new(seed, me);
+        let mut n = 0;
+        while n < per_thread {
+            let size = churn_size(&mut rng, max_small, 0);
+            let p = malloc(size);
+            if p.is_null() {
+                count(stats, 2, 1);
+                break;
+            }
+            count(stats, 0, 1);
+            // SAFETY: a fresh block, ours.
+            unsafe { write_pattern(p, size, me, n) };
+            let at = (me * per_thread + n) as usize;
+            // SAFETY: the host sized `ptrs` and `sizes` for `per_thread`
+            // entries per thread; this entry is ours.
+            unsafe {
+                ptrs.add(at).write(p.expose_provenance() as u64);
+                sizes.add(at).write(size as u32);
+            }
+            n += 1;
+        }
+        // SAFETY: one entry per thread, ours.
+        unsafe { counts.add(me as usize).write(n) };
+    }
+}
+
+kernel! {
+    /// Checks and frees what [`fill`] recorded, from a different thread than
+    /// the one that allocated it (thread `i` drains thread `(i + shift) %
+    /// threads`'s blocks: another warp and block when `shift` is large).
+    pub fn drain(
+        stats: *mut u64,
+        ptrs: *mut u64,
+        sizes: *mut u32,
+        counts: *mut u32,
+        per_thread: u32,
+        shift: u32,
+    ) {
+        let threads = (simt::grid_dim().volume() * simt::block_dim().volume()) as u32;
+        let me = simt::global_thread_id() as u32;
+        let owner = (me + shift) % threads;
+        // SAFETY: entries written by `fill` in an earlier launch.
+        let n = unsafe { counts.add(owner as usize).read() };
+        for k in 0..n {
+            let at = (owner * per_thread + k) as usize;
+            // SAFETY: as above.
+            let (p, size) = unsafe { (ptrs.add(at).read(), sizes.add(at).read()) };
+            let p: *mut u8 = core::ptr::with_exposed_provenance_mut(p as usize);
+            // SAFETY: a live block written by `fill` for (owner, k).
+            unsafe { check_and_free(stats, p, size as usize, owner, k) };
+        }
+    }
+}
+
+kernel! {
+    /// Bad input: `malloc(0)`, a size too large to round, a non-power-of-two
+    /// alignment and an overflowing `calloc` must return null; `free(null)`
+    /// must do nothing; a double free and a free of a pointer the heap never
+    /// handed out (`foreign`) must change nothing (the heap counts them).
+    /// Counts each broken promise in `broken`.
+    pub fn bad_input(stats: *mut u64, foreign: u64) {
+        let broken = |bad: bool| if bad { count(stats, 4, 1) };
+        broken(!malloc(0).is_null());
+        broken(!malloc(usize::MAX).is_null());
+        broken(!malloc(usize::MAX - (1 << 20)).is_null());
+        broken(!aligned_alloc(48, 64).is_null());
+        broken(!warpalloc_device::calloc(usize::MAX / 2, 3).is_null());
+        // SAFETY: null is always accepted.
+        unsafe { free(core::ptr::null_mut()) };
+        let p = malloc(40);
+        if p.is_null() {
+            count(stats, 2, 1);
+            return;
+        }
+        // SAFETY: ours; the second and third frees are the bad input under
+        // test, which the allocator must survive without touching memory.
+        unsafe {
+            write_pattern(p, 40, 7, 7);
+            free(p);
+            free(p);
+            free(p.wrapping_add(8));
+            free(core::ptr::with_exposed_provenance_mut(foreign as usize));
+        }
+        count(stats, 1, 1);
+    }
+}
