@@ -24,10 +24,10 @@
 //! * `read()`: the count, or 0 for a dying or empty slot; a reader that sees a
 //!   bare 0 marks it `INVALID | HELPED` so it can report the slot as empty
 //!   without waiting for the releaser.
-//! * `publish(n)`: after creating a slab, store its address, then acquire `n`;
-//!   if the counter is INVALID (the previous slab's corpse, or a helped
-//!   empty slot), reset it to `n` — no holder can exist, since every acquire
-//!   of an INVALID counter failed.
+//! * `publish(n)`: after creating a slab, set the count to `n` (a CAS from the
+//!   empty or dead counter: every acquire of it failed, so no holder exists),
+//!   then store the address. In this order no locker can take the new slab
+//!   and release it to zero before the publishers' references count.
 //!
 //! Invariants (checked by the loom model in `tests` and by the simulator
 //! stress tests):
@@ -53,6 +53,58 @@ pub const SENTINEL: u64 = u64::MAX;
 pub const MAX_TRIES: u32 = 16;
 
 const _: () = assert!(INVALID & HELPED == 0 && (INVALID | HELPED) >> 62 == 3);
+
+/// Bugs a loom model can plant in this protocol, to show that the model
+/// catches them (`tests/loom.rs`). Loom builds only.
+#[cfg(loom)]
+pub mod plant {
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    static ACTIVE: AtomicU32 = AtomicU32::new(NONE);
+
+    /// No bug.
+    pub const NONE: u32 = 0;
+    pub use super::{
+        PUBLISH_BEFORE_COUNT, PUBLISH_WITHOUT_RELEASE, RELEASE_WITHOUT_SWAP, UNLOCK_WITHOUT_ACQUIRE,
+    };
+
+    /// Plants `bug` (or `NONE`) for the models that run next.
+    pub fn set(bug: u32) {
+        ACTIVE.store(bug, Ordering::SeqCst);
+    }
+
+    pub(crate) fn active(bug: u32) -> bool {
+        ACTIVE.load(Ordering::SeqCst) == bug
+    }
+}
+
+/// Planted bug: `release` owns the destruction whenever its CAS sees HELPED,
+/// without swapping the flag out, so two releasers can both win.
+pub const RELEASE_WITHOUT_SWAP: u32 = 1;
+/// Planted bug: `unlock`'s winner disposes without the acquire fence, so its
+/// writes race with the other holders' last accesses.
+pub const UNLOCK_WITHOUT_ACQUIRE: u32 = 2;
+/// Planted bug: `publish` stores the pointer without the release fence, so
+/// lockers can read the slab before it is initialised.
+pub const PUBLISH_WITHOUT_RELEASE: u32 = 3;
+/// Planted bug: `publish` shows the pointer before the publishers' count is
+/// in (the order LLVM libc's `finalize` uses), so a locker can take the slab,
+/// release it to zero and destroy it under the publishers.
+pub const PUBLISH_BEFORE_COUNT: u32 = 4;
+
+/// Whether `bug` is planted (always false outside loom builds).
+#[inline(always)]
+fn planted(bug: u32) -> bool {
+    #[cfg(loom)]
+    {
+        plant::active(bug)
+    }
+    #[cfg(not(loom))]
+    {
+        let _ = bug;
+        false
+    }
+}
 
 /// The reference count of a slot.
 #[derive(Debug)]
@@ -96,6 +148,7 @@ impl RefCount {
         }
         match self.counter.compare_exchange(0, INVALID) {
             Ok(_) => true,
+            Err(seen) if planted(RELEASE_WITHOUT_SWAP) => seen & HELPED != 0,
             Err(seen) => seen & HELPED != 0 && self.counter.swap(INVALID) & HELPED != 0,
         }
     }
@@ -113,11 +166,16 @@ impl RefCount {
         if value & INVALID != 0 { 0 } else { value }
     }
 
-    /// Sets the count of a freshly published slab to `n`.
-    #[inline(always)]
-    fn reset(&self, n: u64) -> u64 {
-        self.counter.store(n, Ordering::Relaxed);
-        n
+    /// Sets the count of a slab about to be published to `n`, from an empty
+    /// (0) or dead (INVALID) counter. A compare-and-swap, not a store: a
+    /// stale locker's failing `fetch_add` on the dead counter must not be
+    /// lost or overwrite ours, and every acquire that succeeds afterwards
+    /// counts on top of `n`.
+    fn establish(&self, n: u64) {
+        let mut seen = self.counter.load(Ordering::Relaxed);
+        while let Err(now) = self.counter.compare_exchange(seen, n) {
+            seen = now;
+        }
     }
 
     /// The raw counter (for reports and checks).
@@ -187,7 +245,13 @@ impl Guard {
                 return Lock::Empty;
             }
             match self.ptr.compare_exchange(0, SENTINEL) {
-                Ok(_) => return Lock::Claimed,
+                Ok(_) => {
+                    // ORDERING: acquire (gpu): pairs with the release fence in
+                    // `vacate`: the previous occupant's disposal happens-before
+                    // our creation.
+                    fence(Ordering::Acquire, Scope::Gpu);
+                    return Lock::Claimed;
+                }
                 Err(now) => seen = now,
             }
         }
@@ -222,21 +286,25 @@ impl Guard {
         let _ = self.refs.release(n);
     }
 
-    /// Publishes a slab created after [`Lock::Claimed`] and takes `n`
-    /// references to it; returns the count after.
+    /// Publishes a slab created after [`Lock::Claimed`], with `n`
+    /// references held by the publishing group; returns the count, `n`.
+    ///
+    /// The count is set *before* the pointer appears, so that no locker can
+    /// take the slab and release it to zero — destroying it — before the
+    /// publishers' references count.
     pub fn publish(&self, slab: u64, n: u64) -> u64 {
-        // ORDERING: release (gpu): the slab's header and zeroed bitfield
-        // happen-before any lane that acquires it (pairs with the acquire
-        // fence in `lock`).
-        fence(Ordering::Release, Scope::Gpu);
-        self.ptr.store(slab, Ordering::Relaxed);
-        // ORDERING: the store above is ordered before our acquire of the
-        // count, so a lock that sees our count also sees the pointer.
-        fence(Ordering::AcqRel, Scope::Gpu);
-        match self.refs.acquire(n) {
-            Some(count) => count,
-            None => self.refs.reset(n),
+        if planted(PUBLISH_BEFORE_COUNT) {
+            self.ptr.store(slab, Ordering::Relaxed);
         }
+        self.refs.establish(n);
+        // ORDERING: release (gpu): the slab's header and zeroed bitfield,
+        // and the count above, happen-before any lane that acquires the slab
+        // (pairs with the acquire fence in `lock`).
+        if !planted(PUBLISH_WITHOUT_RELEASE) {
+            fence(Ordering::Release, Scope::Gpu);
+        }
+        self.ptr.store(slab, Ordering::Relaxed);
+        n
     }
 
     /// Gives up a claim (no memory for a slab).
@@ -257,7 +325,9 @@ impl Guard {
         }
         // ORDERING: acquire (gpu): everything the other holders did to the
         // slab happened before we dispose of it.
-        fence(Ordering::Acquire, Scope::Gpu);
+        if !planted(UNLOCK_WITHOUT_ACQUIRE) {
+            fence(Ordering::Acquire, Scope::Gpu);
+        }
         Some(self.ptr.load(Ordering::Relaxed))
     }
 

@@ -28,22 +28,30 @@
 #[cfg(not(target_arch = "nvptx64"))]
 extern crate std;
 
+// Under loom only the lock-free protocols are built (their model tests are
+// in `tests/loom.rs`); the heap needs const atomics and real memory.
+#[cfg(not(loom))]
 mod api;
 pub mod cache;
 pub mod guard;
+#[cfg(not(loom))]
 pub mod heap;
 pub mod kernel;
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
 mod panic;
+#[cfg(not(loom))]
 pub mod provider;
-#[cfg(not(target_arch = "nvptx64"))]
+#[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
 pub mod sim_heap;
 pub mod simt;
 pub mod size_class;
+#[cfg(not(loom))]
 pub mod slab;
 pub mod sync;
 
+#[cfg(not(loom))]
 pub use api::{WarpAlloc, aligned_alloc, calloc, free, heap, malloc, realloc, usable_size};
+#[cfg(not(loom))]
 pub use heap::{DeviceHeap, Errors, Traffic};
 
 /// The heap of every kernel in a module: configured by the host through

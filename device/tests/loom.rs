@@ -1,0 +1,239 @@
+//! Loom models of the lock-free protocols: the slot guard (acquire, release,
+//! read-with-help, claim/publish, destroy) and the slab cache. Build with
+//! `RUSTFLAGS="--cfg loom"` (`cargo xtask test` does).
+//!
+//! A slab is modelled by a payload cell that holders read and the destroyer
+//! poisons: loom reports any access that the protocol's orderings do not
+//! separate, and the counters check "destroyed exactly once per publication,
+//! never while held". Each planted bug (`guard::plant`) must make a model
+//! fail: that is the evidence that the models can see the bugs they guard
+//! against.
+
+#![cfg(loom)]
+
+use std::sync::Mutex;
+
+use loom::cell::UnsafeCell;
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU32, Ordering};
+use loom::thread;
+use warpalloc_device::cache::SlabCache;
+use warpalloc_device::guard::{Guard, Lock, plant};
+
+/// The planted bug is process-wide: models run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const READY: u64 = 7;
+const POISON: u64 = 0xdead;
+
+struct SlabModel {
+    payload: UnsafeCell<u64>,
+    destroys: AtomicU32,
+}
+
+impl SlabModel {
+    fn new(value: u64) -> Self {
+        SlabModel {
+            payload: UnsafeCell::new(value),
+            destroys: AtomicU32::new(0),
+        }
+    }
+}
+
+struct World {
+    guard: Guard,
+    slab: SlabModel,
+    publications: AtomicU32,
+}
+
+impl World {
+    fn addr(&self) -> u64 {
+        &self.slab as *const SlabModel as u64
+    }
+
+    /// What a holder does with the slab it holds.
+    fn use_slab(&self, slab: u64) {
+        assert_eq!(slab, self.addr(), "a lock returned another slab");
+        let value = self.slab.payload.with(|p| {
+            // SAFETY: loom checks the access against the destroyer's write.
+            unsafe { *p }
+        });
+        assert_eq!(
+            value, READY,
+            "a holder saw an uninitialised or destroyed slab"
+        );
+    }
+
+    /// What the winner of a release does.
+    fn destroy(&self, slab: u64) {
+        assert_eq!(slab, self.addr());
+        self.slab.payload.with_mut(|p| {
+            // SAFETY: loom checks that no holder accesses it concurrently.
+            unsafe { *p = POISON }
+        });
+        self.slab.destroys.fetch_add(1, Ordering::Relaxed);
+        self.guard.vacate();
+    }
+
+    fn release(&self, n: u64) {
+        if let Some(slab) = self.guard.unlock(n) {
+            self.destroy(slab);
+        }
+    }
+}
+
+fn model(bug: u32, f: impl Fn() + Send + Sync + 'static) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    plant::set(bug);
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.check(f)));
+    plant::set(plant::NONE);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A published slab with one holder (thread A), a locker (B) and a reader
+/// (C): exactly one destruction, after every holder is done.
+fn holder_locker_reader() {
+    let world = Arc::new(World {
+        guard: Guard::new(),
+        slab: SlabModel::new(READY),
+        publications: AtomicU32::new(0),
+    });
+    assert_eq!(world.guard.lock(1, true), Lock::Claimed);
+    world.guard.publish(world.addr(), 1);
+    let a = {
+        let w = Arc::clone(&world);
+        thread::spawn(move || {
+            w.use_slab(w.addr());
+            w.release(1);
+        })
+    };
+    let b = {
+        let w = Arc::clone(&world);
+        thread::spawn(move || {
+            if let Lock::Acquired { slab, .. } = w.guard.lock(1, false) {
+                w.use_slab(slab);
+                w.release(1);
+            }
+        })
+    };
+    let c = {
+        let w = Arc::clone(&world);
+        thread::spawn(move || {
+            let _ = w.guard.use_count();
+        })
+    };
+    a.join().unwrap();
+    b.join().unwrap();
+    c.join().unwrap();
+    assert_eq!(
+        world.slab.destroys.load(Ordering::Relaxed),
+        1,
+        "destroyed not exactly once"
+    );
+    assert_eq!(world.guard.use_count(), 0);
+}
+
+/// Two lanes race to claim an empty slot: one creates and publishes the slab,
+/// the other either finds it busy or takes a reference to the initialised
+/// slab; each publication is destroyed exactly once.
+fn claim_race() {
+    let world = Arc::new(World {
+        guard: Guard::new(),
+        slab: SlabModel::new(0),
+        publications: AtomicU32::new(0),
+    });
+    let lane = |w: Arc<World>| {
+        move || match w.guard.lock(1, true) {
+            Lock::Claimed => {
+                w.slab.payload.with_mut(|p| {
+                    // SAFETY: the claim gives exclusive access; loom checks it.
+                    unsafe { *p = READY }
+                });
+                w.publications.fetch_add(1, Ordering::Relaxed);
+                w.guard.publish(w.addr(), 1);
+                w.use_slab(w.addr());
+                w.release(1);
+            }
+            Lock::Acquired { slab, .. } => {
+                w.use_slab(slab);
+                w.release(1);
+            }
+            Lock::Busy | Lock::Empty => {}
+        }
+    };
+    let a = thread::spawn(lane(Arc::clone(&world)));
+    let b = thread::spawn(lane(Arc::clone(&world)));
+    a.join().unwrap();
+    b.join().unwrap();
+    assert_eq!(
+        world.slab.destroys.load(Ordering::Relaxed),
+        world.publications.load(Ordering::Relaxed),
+        "a publication not destroyed exactly once"
+    );
+}
+
+#[test]
+fn guard_holder_locker_reader() {
+    model(plant::NONE, holder_locker_reader);
+}
+
+#[test]
+fn guard_claim_race() {
+    model(plant::NONE, claim_race);
+}
+
+#[test]
+#[should_panic(expected = "Concurrent write accesses")]
+fn planted_release_without_swap_is_caught() {
+    model(plant::RELEASE_WITHOUT_SWAP, holder_locker_reader);
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn planted_unlock_without_acquire_is_caught() {
+    model(plant::UNLOCK_WITHOUT_ACQUIRE, holder_locker_reader);
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn planted_publish_without_release_is_caught() {
+    model(plant::PUBLISH_WITHOUT_RELEASE, claim_race);
+}
+
+#[test]
+fn cache_hands_each_slab_to_one_taker() {
+    model(plant::NONE, || {
+        let cache = Arc::new(SlabCache::<2>::new());
+        let pusher = |slab: u64, c: Arc<SlabCache<2>>| move || c.push(slab, 2);
+        let a = thread::spawn(pusher(0x20_0000, Arc::clone(&cache)));
+        let b = thread::spawn(pusher(0x40_0000, Arc::clone(&cache)));
+        let taker = {
+            let c = Arc::clone(&cache);
+            thread::spawn(move || c.pop(2))
+        };
+        let pushed = [a.join().unwrap(), b.join().unwrap()];
+        let taken = taker.join().unwrap();
+        assert_eq!(pushed, [true, true], "a cache of 2 refused one of 2 slabs");
+        let mut rest = Vec::new();
+        while let Some(s) = cache.pop(2) {
+            rest.push(s);
+        }
+        let mut all: Vec<u64> = rest.into_iter().chain(taken).collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            [0x20_0000, 0x40_0000],
+            "a slab lost or handed out twice"
+        );
+    });
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn planted_publish_before_count_is_caught() {
+    model(plant::PUBLISH_BEFORE_COUNT, claim_race);
+}
