@@ -30,10 +30,14 @@ const MIRI_TEST_ARGS: &[&str] = &[];
 /// `MIRIFLAGS` for the Miri job, unless the environment sets `MIRIFLAGS`.
 const MIRI_FLAGS: &str = "";
 
-/// Packages whose loom models run (`--cfg loom`, release, `--lib`).
-const LOOM_PACKAGES: &[&str] = &["warpalloc-device"];
-/// The test-name filter of the loom job.
-const LOOM_FILTER: &str = "loom";
+/// The loom job: each entry is one `cargo test --release --target-dir
+/// target/loom ARGS` run with `RUSTFLAGS="--cfg loom"`. Unit-test models are
+/// the lib's tests named `*loom*`; integration-test models live in a `loom`
+/// test target (`device/tests/loom.rs`, `#![cfg(loom)]`).
+const LOOM_RUNS: &[&[&str]] = &[
+    &["-p", "warpalloc-device", "--lib", "--", "loom"],
+    &["-p", "warpalloc-device", "--test", "loom"],
+];
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "warpalloc's set-up, checks and demo")]
@@ -125,14 +129,14 @@ fn test(steps: &mut Steps) -> Result<()> {
     })?;
     steps.run("test", || cargo(&["test", "--workspace"]).status_ok())?;
     steps.run("loom", || {
-        let mut cmd = cargo(&["test", "--release", "--lib", "--target-dir", "target/loom"]);
-        for p in LOOM_PACKAGES {
-            cmd.args(["-p", p]);
+        for args in LOOM_RUNS {
+            let mut cmd = cargo(&["test", "--release", "--target-dir", "target/loom"]);
+            cmd.args(*args)
+                .env("RUSTFLAGS", "--cfg loom")
+                .env_remove("CARGO_ENCODED_RUSTFLAGS");
+            cmd.status_ok()?;
         }
-        cmd.arg(LOOM_FILTER)
-            .env("RUSTFLAGS", "--cfg loom")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS");
-        cmd.status_ok()
+        Ok(())
     })?;
     steps.run("miri", || {
         let mut cmd = cargo(&["miri", "test"]);
