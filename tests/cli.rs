@@ -47,7 +47,10 @@ fn requiring_a_gpu_without_one_is_a_clear_error() {
     }
     let (ok, text) = warpalloc(&["--gpu", "demo"]);
     assert!(!ok, "{text}");
-    assert!(text.contains("a GPU was required: no CUDA driver"), "{text}");
+    assert!(
+        text.contains("a GPU was required: no CUDA driver"),
+        "{text}"
+    );
     assert!(text.contains("simulator still runs"), "{text}");
 }
 

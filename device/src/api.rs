@@ -42,7 +42,8 @@ pub fn heap() -> Option<&'static DeviceHeap> {
         // SAFETY: a launch's binding word is, by the contract of
         // `SimHeap::launch_config`, the address of a `DeviceHeap` that
         // outlives the launch.
-        (binding != 0).then(|| unsafe { &*(binding as *const DeviceHeap) })
+        (binding != 0)
+            .then(|| unsafe { &*core::ptr::with_exposed_provenance::<DeviceHeap>(binding) })
     }
 }
 

@@ -204,7 +204,9 @@ pub enum Lock {
     /// The slot was empty and the caller claimed it: it must create a slab
     /// and [`Guard::publish`] it, or [`Guard::abandon`] the claim.
     Claimed,
-    /// The slot is being created or destroyed: try another.
+    /// The slot is being created: retry it soon (the slab may be for us).
+    Creating,
+    /// The slot's slab is being destroyed: retry a few times, then another.
     Busy,
     /// The slot is empty and the caller may not claim it.
     Empty,
@@ -255,10 +257,14 @@ impl Guard {
                 Err(now) => seen = now,
             }
         }
-        if seen == 0 || seen == SENTINEL {
-            // Being created (or just abandoned): the caller retries later. It
-            // must not wait here: the creating group may be in its own warp,
-            // waiting for it at the next collective.
+        if seen == SENTINEL {
+            // Being created: the caller retries later. It must not wait here:
+            // the creating group may be in its own warp, waiting for it at the
+            // next collective.
+            return Lock::Creating;
+        }
+        if seen == 0 {
+            // Just vacated or abandoned between our two reads.
             return Lock::Busy;
         }
         let Some(count) = self.refs.acquire(n) else {
@@ -272,18 +278,14 @@ impl Guard {
         // the acquire; the reference now protects the current one.
         let slab = self.ptr.load(Ordering::Relaxed);
         if slab == 0 || slab == SENTINEL {
-            // Unreachable by the protocol (a valid count implies a published
-            // slab); give the references back rather than use garbage.
-            self.release_after_failed_lock(n);
-            return Lock::Busy;
+            // We read a dead slab's address, and our acquire landed on the
+            // count a publisher established before storing its new address.
+            // The publisher's references keep the count above zero: give ours
+            // back and retry.
+            let _ = self.refs.release(n);
+            return Lock::Creating;
         }
         Lock::Acquired { slab, count }
-    }
-
-    fn release_after_failed_lock(&self, n: u64) {
-        // The count cannot reach zero here without a slab to destroy; if it
-        // does, there is nothing published to hand back.
-        let _ = self.refs.release(n);
     }
 
     /// Publishes a slab created after [`Lock::Claimed`], with `n`

@@ -48,7 +48,7 @@ use crate::cache::SlabCache;
 use crate::guard::{Guard, Lock, MAX_TRIES};
 use crate::provider::ProviderKind;
 use crate::simt;
-use crate::size_class::{CLASS_COUNT, CLASSES, Placement, SLAB_SHIFT, SLAB_SIZE, place};
+use crate::size_class::{CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, geometry, place};
 use crate::slab::Slab;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
@@ -84,6 +84,8 @@ const FRESH: u64 = u64::MAX;
 const NO_MEMORY: u64 = u64::MAX - 1;
 /// `count` from a lock of an empty slot the lane may not claim: move on.
 const SKIP: u64 = u64::MAX - 2;
+/// `count` from a lock of a slot being created: wait for it.
+const CREATING: u64 = u64::MAX - 3;
 
 /// What the host configures before launches. Atomics, so that device code
 /// reads what the host wrote (never a folded constant).
@@ -196,10 +198,31 @@ fn start_slot(class: usize, slot_count: u32) -> u32 {
     x ^= x >> 13;
     x = x.wrapping_mul(0xc2b2_ae35);
     x ^= x >> 16;
-    x % slot_count
+    x % slot_count.max(1)
 }
 
 impl DeviceHeap {
+    // Panic-free accessors for the hot paths: indices are in range by
+    // construction (slot indices are reduced modulo the slot count, chunk
+    // indices come from a region of at most MAX_REGION, class indices from
+    // `place`), and masking or clamping them keeps the PTX free of bounds
+    // checks and their formatting machinery.
+
+    #[inline(always)]
+    fn slot(&self, index: u32) -> &Guard {
+        &self.slots[index as usize & (MAX_SLOTS - 1)]
+    }
+
+    #[inline(always)]
+    fn chunk(&self, index: usize) -> &AtomicU32 {
+        &self.chunks[index & (REGION_CHUNKS - 1)]
+    }
+
+    #[inline(always)]
+    fn class_hint(&self, class: usize) -> &AtomicU32 {
+        &self.hints[class.min(CLASS_COUNT - 1)]
+    }
+
     /// An unbound heap: every allocation returns null until the host binds a
     /// region and a provider. All zeroes, so it can be a zero-initialised GPU
     /// global.
@@ -296,6 +319,8 @@ impl DeviceHeap {
                     // SAFETY: `bind_direct`'s contract keeps it alive.
                     return unsafe { p.as_ref() }.allocate(bytes, align);
                 }
+                // No provider is called in place on the GPU.
+                let _ = (bytes, align);
                 0
             }
         }
@@ -310,6 +335,8 @@ impl DeviceHeap {
                     // SAFETY: `bind_direct`'s contract keeps it alive.
                     unsafe { p.as_ref() }.deallocate(addr, bytes);
                 }
+                // No provider is called in place on the GPU.
+                let _ = (addr, bytes);
             }
         }
     }
@@ -345,7 +372,8 @@ impl DeviceHeap {
                 if chunk == 0 {
                     0
                 } else {
-                    chunk.next_multiple_of(align)
+                    // `align` is a power of two (`place` checked).
+                    (chunk + align - 1) & !(align - 1)
                 }
             }
             Placement::Large { bytes, align } => self.allocate_large(bytes, align),
@@ -367,7 +395,7 @@ impl DeviceHeap {
         }
         // SAFETY: `find_slab` gave every lane of `found.uniform` a reference
         // and a position ≤ usable on this live slab of class `class`.
-        unsafe { Slab(found.slab).allocate(found.uniform, found.reserved, CLASSES[class]) }
+        unsafe { Slab(found.slab).allocate(found.uniform, found.reserved, geometry(class)) }
     }
 
     /// A large block straight from the provider (one lane).
@@ -381,7 +409,7 @@ impl DeviceHeap {
             self.system_deallocate(addr, bytes);
             return 0;
         };
-        self.chunks[chunk].store(
+        self.chunk(chunk).store(
             CHUNK_LARGE | (bytes >> SLAB_SHIFT) as u32,
             Ordering::Relaxed,
         );
@@ -392,16 +420,16 @@ impl DeviceHeap {
     /// The slot hint of `class`, valid for the current table size.
     #[inline(always)]
     fn hint(&self, class: usize, slot_count: u32) -> u32 {
-        match self.hints[class].load(Ordering::Relaxed) {
+        match self.class_hint(class).load(Ordering::Relaxed) {
             0 => start_slot(class, slot_count),
-            h => (h - 1) % slot_count,
+            h => (h - 1) % slot_count.max(1),
         }
     }
 
     /// Finds each lane of `lane_mask` a slab of class `class` with room, and
     /// a reservation on it.
     fn find_slab(&self, lane_mask: u32, class: usize) -> Found {
-        let geo = CLASSES[class];
+        let geo = geometry(class);
         let usable = u64::from(geo.usable);
         let slot_count = self.slot_count();
         let hint = self.hint(class, slot_count);
@@ -428,9 +456,9 @@ impl DeviceHeap {
             let index = if offset == 0 {
                 hint
             } else {
-                (base + offset - 1) % slot_count
+                (base + offset - 1) % slot_count.max(1)
             };
-            let guard = &self.slots[index as usize];
+            let guard = self.slot(index);
             let available = offset == 0 || guard.use_count() < usable;
             let slab_mask = simt::ballot(searching, available);
             if available {
@@ -445,7 +473,7 @@ impl DeviceHeap {
                 let spare = simt::ballot(slab_mask, slab != 0) & !locked;
                 if fits {
                     if index != hint && simt::is_leader(group & locked) {
-                        self.hints[class].store(index + 1, Ordering::Relaxed);
+                        self.class_hint(class).store(index + 1, Ordering::Relaxed);
                     }
                     found = Found {
                         slab,
@@ -461,10 +489,15 @@ impl DeviceHeap {
                     // No memory for new slabs: keep looking for room in
                     // existing ones only.
                     may_claim = false;
+                } else if count == CREATING {
+                    // Being created, most likely for our class: wait for it
+                    // rather than create a second slab. The creators make
+                    // progress on their own (they wait for no one), so this
+                    // ends.
+                    backoff.snooze();
+                    continue;
                 } else if count != SKIP && retries < MAX_TRIES {
-                    // Busy: being created (probably for our class) or
-                    // destroyed. Come back to it after the creators had a
-                    // chance to publish.
+                    // Being destroyed: it will be empty (claimable) soon.
                     retries += 1;
                     backoff.snooze();
                     continue;
@@ -491,7 +524,7 @@ impl DeviceHeap {
     ) -> (u64, u64) {
         let leader = simt::leader(group);
         let n = u64::from(group.count_ones());
-        let guard = &self.slots[index as usize];
+        let guard = self.slot(index);
         let (mut slab, mut count, mut clean_words) = (0u64, 0u64, 0u32);
         if simt::lane_id() == leader {
             match guard.lock(n, may_claim) {
@@ -504,6 +537,7 @@ impl DeviceHeap {
                     }
                 },
                 Lock::Empty => count = SKIP,
+                Lock::Creating => count = CREATING,
                 Lock::Busy => {}
             }
         }
@@ -517,10 +551,11 @@ impl DeviceHeap {
             // then the leader publishes it.
             let clean_words = simt::shfl_u32(group, clean_words, leader);
             // SAFETY: the group owns the claimed slot's new slab exclusively.
-            unsafe { Slab(slab).init(group, CLASSES[class], index, clean_words) };
+            unsafe { Slab(slab).init(group, geometry(class), index, clean_words) };
             if simt::lane_id() == leader {
                 if let Some(chunk) = self.chunk_index(slab) {
-                    self.chunks[chunk].store(CHUNK_SLAB | index, Ordering::Relaxed);
+                    self.chunk(chunk)
+                        .store(CHUNK_SLAB | index, Ordering::Relaxed);
                 }
                 count = guard.publish(slab, n);
             }
@@ -566,7 +601,7 @@ impl DeviceHeap {
         if !simt::is_leader(mask) || n == 0 {
             return;
         }
-        let guard = &self.slots[index as usize];
+        let guard = self.slot(index);
         if let Some(slab) = guard.unlock(n) {
             self.dispose(slab);
             guard.vacate();
@@ -577,7 +612,7 @@ impl DeviceHeap {
     /// table forgets it, then the cache or the provider takes it.
     fn dispose(&self, slab: u64) {
         if let Some(chunk) = self.chunk_index(slab) {
-            self.chunks[chunk].store(CHUNK_FREED, Ordering::Relaxed);
+            self.chunk(chunk).store(CHUNK_FREED, Ordering::Relaxed);
         }
         let limit = self.config.cache_limit.load(Ordering::Relaxed) as usize;
         if self.cache.push(slab, limit) {
@@ -601,7 +636,7 @@ impl DeviceHeap {
         let Some(chunk) = self.chunk_index(addr) else {
             return Target::Invalid;
         };
-        let entry = self.chunks[chunk].load(Ordering::Relaxed);
+        let entry = self.chunk(chunk).load(Ordering::Relaxed);
         let aligned = addr.is_multiple_of(SLAB_SIZE);
         if entry == CHUNK_FREED {
             // Ours once, freed since: a stale pointer.
@@ -657,7 +692,8 @@ impl DeviceHeap {
     fn free_large(&self, chunk: usize, entry: u32, addr: u64) {
         // Exactly one free of a block wins the entry; a racing or later one
         // sees FREED.
-        if self.chunks[chunk]
+        if self
+            .chunk(chunk)
             .compare_exchange(entry, CHUNK_FREED)
             .is_err()
         {
@@ -676,7 +712,7 @@ impl DeviceHeap {
         let slot_ok = (slot as usize) < MAX_SLOTS;
         let mut live = 0u32;
         if simt::lane_id() == leader && slot_ok {
-            match self.slots[slot as usize].lock(n, false) {
+            match self.slot(slot).lock(n, false) {
                 Lock::Acquired { slab, .. } if slab == base => live = 1,
                 Lock::Acquired { .. } => {
                     // The slot now holds another slab: the pointer's slab is
@@ -800,7 +836,7 @@ impl DeviceHeap {
             let Some(chunk) = self.chunk_index(slab) else {
                 return Err("a published slab lies outside the region");
             };
-            if self.chunks[chunk].load(Ordering::Relaxed) != CHUNK_SLAB | index as u32 {
+            if self.chunk(chunk).load(Ordering::Relaxed) != CHUNK_SLAB | index as u32 {
                 return Err("a published slab's chunk entry is not SLAB(its slot)");
             }
             // SAFETY: as above.

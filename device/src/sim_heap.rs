@@ -5,7 +5,9 @@
 //! so that [`WarpAlloc`](crate::WarpAlloc) on the host can send a pointer back
 //! to the heap that made it.
 
+use core::ptr::NonNull;
 use std::boxed::Box;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::heap::{DEFAULT_CACHE, DeviceHeap, MAX_SLOTS};
@@ -27,7 +29,7 @@ pub(crate) fn owner_of(ptr: *mut u8) -> Option<&'static DeviceHeap> {
         // SAFETY: registered heaps stay alive until their `SimHeap` drops,
         // which unregisters first; a pointer of a heap is only freed while
         // the heap lives (the allocation contract).
-        let heap = unsafe { &*(heap as *const DeviceHeap) };
+        let heap = unsafe { &*core::ptr::with_exposed_provenance::<DeviceHeap>(heap) };
         let (base, len) = heap.region();
         (addr >= base && addr - base < len).then_some(heap)
     })
@@ -55,26 +57,37 @@ impl Default for SimHeapConfig {
 }
 
 /// A device heap in host memory, for simulator launches.
+///
+/// The heap and its provider are owned through raw pointers, not `Box`es:
+/// lanes, the registry and the heap itself hold shared pointers to them, and
+/// moving a `Box` would assert unique access (which Miri's borrow model
+/// checks).
 pub struct SimHeap {
-    // Declared first: dropped before the provider it points into.
-    heap: Box<DeviceHeap>,
-    provider: Box<RegionProvider>,
+    heap: NonNull<DeviceHeap>,
+    provider: Arc<RegionProvider>,
     registered: Option<usize>,
 }
+
+// SAFETY: the heap is all atomics plus a pointer to a `Sync` provider; it is
+// shared by design, and only freed on drop.
+unsafe impl Send for SimHeap {}
+// SAFETY: as for Send.
+unsafe impl Sync for SimHeap {}
 
 impl SimHeap {
     /// A heap of `config`'s sizes; `None` when the host cannot reserve the
     /// memory.
     pub fn new(config: SimHeapConfig) -> Option<SimHeap> {
-        let provider = Box::new(RegionProvider::new(config.capacity)?);
+        let provider = Arc::new(RegionProvider::new(config.capacity)?);
         // SAFETY: every field of `DeviceHeap` is an atomic or an
         // `Option<NonNull<_>>`, for which all-zero bytes are a valid value
         // (zero, and `None`): exactly `DeviceHeap::new()`.
         let mut heap = unsafe { Box::<DeviceHeap>::new_zeroed().assume_init() };
-        // SAFETY: `provider` is boxed (its address is stable) and outlives
-        // `heap` (field order), and nothing uses the heap yet.
+        // SAFETY: the provider lives in an `Arc` we keep until the heap is
+        // freed (in `drop`), and nothing uses the heap yet.
         unsafe { heap.bind_direct(&*provider, config.slots, config.cache_limit) };
-        let address = &*heap as *const DeviceHeap as usize;
+        let heap = NonNull::from(Box::leak(heap));
+        let address = heap.as_ptr().expose_provenance();
         let registered = HEAPS.iter().position(|e| {
             e.compare_exchange(0, address, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
@@ -88,7 +101,8 @@ impl SimHeap {
 
     /// The device heap.
     pub fn heap(&self) -> &DeviceHeap {
-        &self.heap
+        // SAFETY: allocated in `new`, freed only in `drop`.
+        unsafe { self.heap.as_ref() }
     }
 
     /// The memory behind it.
@@ -98,7 +112,7 @@ impl SimHeap {
 
     /// The binding word that makes a launch use this heap.
     pub fn binding(&self) -> usize {
-        &*self.heap as *const DeviceHeap as usize
+        self.heap.as_ptr().expose_provenance()
     }
 
     /// A deterministic launch of `grid` × `block` bound to this heap. The
@@ -114,5 +128,9 @@ impl Drop for SimHeap {
         if let Some(i) = self.registered {
             HEAPS[i].store(0, Ordering::Release);
         }
+        // SAFETY: leaked from a `Box` in `new`; no launch runs (launches
+        // borrow nothing from us, so the owner drops us after they return),
+        // and the registry no longer names it.
+        drop(unsafe { Box::from_raw(self.heap.as_ptr()) });
     }
 }

@@ -73,7 +73,18 @@ pub const fn class_index(chunk: u32) -> usize {
 /// The chunk size of class `index`.
 #[inline(always)]
 pub const fn class_chunk(index: usize) -> u32 {
-    CLASSES[index].chunk
+    geometry(index).chunk
+}
+
+/// The geometry of class `index` (the largest class for an index out of
+/// range: never a panic on the device).
+#[inline(always)]
+pub const fn geometry(index: usize) -> Geometry {
+    CLASSES[if index < CLASS_COUNT {
+        index
+    } else {
+        CLASS_COUNT - 1
+    }]
 }
 
 /// The geometry of one class's slabs.

@@ -18,7 +18,7 @@
 //! and cleared by exactly one (whose `fetch_and` turned it from 1 to 0).
 
 use crate::simt::{self, Backoff, Scope};
-use crate::size_class::{CLASSES, Geometry, HEADER_BYTES, SLAB_SIZE, WORD_BITS, class_index};
+use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SIZE, WORD_BITS, class_index, geometry};
 use crate::sync::{AtomicU32, Ordering, fence};
 
 /// "WASL": marks a slab header written by this allocator.
@@ -106,10 +106,16 @@ impl Slab {
                 })
             };
         }
+        // Plain stores, interleaved across the group (coalesced on the GPU):
+        // nobody else can touch a slab that is not published yet — a stray
+        // free cannot lock it — and the release below orders them before
+        // every later atomic access.
+        let bitfield = (self.0 + u64::from(HEADER_BYTES)) as usize as *mut u32;
         let mut i = clean_words.min(geo.words) + rank;
         while i < geo.words {
-            // SAFETY: `i < geo.words`, inside the mapped slab.
-            unsafe { self.word(i) }.store(0, Ordering::Relaxed);
+            // SAFETY: `i < geo.words`: inside the mapped slab's bitfield,
+            // which the group owns exclusively (the caller's contract).
+            unsafe { bitfield.add(i as usize).write(0) };
             i += lanes;
         }
         // ORDERING: release (gpu): this lane's zeroing is ordered before the
@@ -148,7 +154,7 @@ impl Slab {
     /// Each lane holds a reservation on this live slab (a successful lock
     /// whose position is ≤ `geo.usable`), so a free bit exists for it.
     pub unsafe fn allocate(self, uniform: u32, reserved: u64, geo: Geometry) -> u64 {
-        let bits = geo.usable;
+        let bits = geo.usable.max(1);
         let mut state = entropy();
         let lead = simt::leader(uniform);
         let first = simt::shfl_u64(uniform, reserved.saturating_sub(1), lead);
@@ -237,7 +243,7 @@ impl Slab {
         if chunk < 16 || chunk as u64 > SLAB_SIZE / 2 {
             return None;
         }
-        let geo = CLASSES[class_index(chunk).min(CLASSES.len() - 1)];
+        let geo = geometry(class_index(chunk));
         (geo.chunk == chunk).then_some(geo)
     }
 

@@ -162,7 +162,7 @@ fn claim_race() {
                 w.use_slab(slab);
                 w.release(1);
             }
-            Lock::Busy | Lock::Empty => {}
+            Lock::Creating | Lock::Busy | Lock::Empty => {}
         }
     };
     let a = thread::spawn(lane(Arc::clone(&world)));

@@ -9,9 +9,19 @@
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
 #![warn(missing_docs)]
 
-pub mod alloc;
+extern crate alloc;
+
+pub mod collections;
 pub mod demo;
 pub mod simt;
+pub mod stress;
+
+/// On the GPU, `alloc::{Box, Vec, String}` allocate with warpalloc. (On the
+/// host the kernels use whatever the test binary declares: see
+/// `tests/collections.rs`.)
+#[cfg(target_arch = "nvptx64")]
+#[global_allocator]
+static GLOBAL: warpalloc_device::WarpAlloc = warpalloc_device::WarpAlloc;
 
 /// A 32-bit integer hash (lowbias32): cheap, well mixed, identical on the GPU
 /// and the host.

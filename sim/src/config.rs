@@ -74,7 +74,8 @@ impl LaunchConfig {
             },
             stack_size: 512 * 1024,
             resident_warps: 64,
-            watchdog: Duration::from_secs(120),
+            // Miri interprets every instruction: give it hours, not minutes.
+            watchdog: Duration::from_secs(if cfg!(miri) { 4 * 3600 } else { 120 }),
             max_steps: None,
             binding: 0,
         }

@@ -34,12 +34,20 @@ fn schedule_fingerprint(seed: u64) -> Vec<u32> {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+)]
 fn one_worker_replays_a_seed_exactly() {
     assert_eq!(schedule_fingerprint(11), schedule_fingerprint(11));
     assert_ne!(schedule_fingerprint(11), schedule_fingerprint(12));
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+)]
 fn indices_and_dims_reach_every_lane() {
     let seen = Mutex::new(Vec::new());
     let cfg = LaunchConfig::new((2, 3, 1), (5, 4, 2));
@@ -65,6 +73,10 @@ fn indices_and_dims_reach_every_lane() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+)]
 fn random_convergence_yields_singletons_and_whole_warps() {
     let sizes = Mutex::new(Vec::new());
     for seed in 0..8 {
@@ -87,6 +99,10 @@ fn random_convergence_yields_singletons_and_whole_warps() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+)]
 fn converged_warps_see_the_whole_warp() {
     for seed in 0..4 {
         let cfg = LaunchConfig::linear(2, 48)
@@ -125,7 +141,7 @@ fn converged_policy_does_not_starve_a_parked_lane() {
 fn lanes_may_pass_another_collective_first() {
     // Legal on Volta: lanes 0..16 ballot among themselves before the whole
     // warp's ballot, at which lanes 16..32 already wait.
-    for seed in 0..16 {
+    for seed in 0..if cfg!(miri) { 2 } else { 16 } {
         let cfg = LaunchConfig::linear(1, 32).seed(seed);
         launch(&cfg, || {
             if lane_id() < 16 {
@@ -217,6 +233,10 @@ fn shfl_from_outside_the_mask_is_reported() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+)]
 fn a_panicking_lane_fails_the_launch_with_its_identity() {
     let cfg = LaunchConfig::linear(3, 64);
     let err = launch(&cfg, || {
@@ -235,6 +255,10 @@ fn a_panicking_lane_fails_the_launch_with_its_identity() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+)]
 fn the_step_watchdog_reports_where_lanes_wait() {
     let flag = AtomicU32::new(0);
     let cfg = LaunchConfig::linear(2, 32).max_steps(20_000);
@@ -251,6 +275,10 @@ fn the_step_watchdog_reports_where_lanes_wait() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+)]
 fn the_wall_clock_watchdog_stops_parallel_workers() {
     let flag = AtomicU32::new(0);
     let cfg = LaunchConfig::linear(4, 32)
@@ -283,6 +311,10 @@ fn invalid_shapes_are_refused() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+)]
 fn parallel_workers_share_atomics() {
     let sum = AtomicU64::new(0);
     let cfg = LaunchConfig::linear(64, 128).workers(2);
@@ -301,6 +333,10 @@ fn parallel_workers_share_atomics() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+)]
 fn blocks_beyond_residency_wait_their_turn() {
     // 40 blocks of 4 warps with 8 resident warps: blocks are admitted as
     // earlier ones retire, and all of them run.

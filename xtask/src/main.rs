@@ -23,12 +23,23 @@ use warpalloc_builder::ptxas;
 /// The components `setup` installs (as `rustup component add` names them).
 const COMPONENTS: &[&str] = &["rust-src", "llvm-tools", "miri", "clippy", "rustfmt"];
 
-/// Packages whose tests run under Miri.
-const MIRI_PACKAGES: &[&str] = &["warpalloc-sim", "warpalloc-device"];
-/// Arguments after `cargo miri test -p ...` (e.g. `["--lib", "--", "filter"]`).
-const MIRI_TEST_ARGS: &[&str] = &[];
-/// `MIRIFLAGS` for the Miri job, unless the environment sets `MIRIFLAGS`.
-const MIRI_FLAGS: &str = "";
+/// The Miri job: each entry is one `cargo miri test ARGS` run. Miri runs the
+/// simulator's lanes as OS threads and interprets every instruction, so it
+/// gets the small workloads: the simulator's own tests (big grids are
+/// `#[cfg_attr(miri, ignore)]`), the device crate's unit tests, and the
+/// allocator's dedicated Miri workloads (`kernels-tests/tests/miri.rs`).
+const MIRI_RUNS: &[&[&str]] = &[
+    &["-p", "warpalloc-sim"],
+    &["-p", "warpalloc-device", "--lib"],
+    &["-p", "warpalloc-kernels-tests", "--test", "miri"],
+];
+/// `MIRIFLAGS` for the Miri job, unless the environment sets `MIRIFLAGS`:
+/// pointers travel through integers (device addresses, the simulator's
+/// binding word) with exposed provenance; proptest reads its regression
+/// files, which needs the file system.
+const MIRI_FLAGS: &str = "-Zmiri-permissive-provenance -Zmiri-disable-isolation";
+/// Property-test cases per test under Miri (proptest's default is 256).
+const MIRI_PROPTEST_CASES: &str = "16";
 
 /// The loom job: each entry is one `cargo test --release --target-dir
 /// target/loom ARGS` run with `RUSTFLAGS="--cfg loom"`. Unit-test models are
@@ -139,15 +150,18 @@ fn test(steps: &mut Steps) -> Result<()> {
         Ok(())
     })?;
     steps.run("miri", || {
-        let mut cmd = cargo(&["miri", "test"]);
-        for p in MIRI_PACKAGES {
-            cmd.args(["-p", p]);
+        for args in MIRI_RUNS {
+            let mut cmd = cargo(&["miri", "test"]);
+            cmd.args(*args);
+            if std::env::var_os("MIRIFLAGS").is_none() {
+                cmd.env("MIRIFLAGS", MIRI_FLAGS);
+            }
+            if std::env::var_os("PROPTEST_CASES").is_none() {
+                cmd.env("PROPTEST_CASES", MIRI_PROPTEST_CASES);
+            }
+            cmd.status_ok()?;
         }
-        cmd.args(MIRI_TEST_ARGS);
-        if std::env::var_os("MIRIFLAGS").is_none() {
-            cmd.env("MIRIFLAGS", MIRI_FLAGS);
-        }
-        cmd.status_ok()
+        Ok(())
     })
 }
 

@@ -505,3 +505,67 @@ kernel! {
         count(stats, 1, 1);
     }
 }
+
+kernel! {
+    /// `realloc` and `calloc`: each thread grows a block from 16 bytes to
+    /// `max` by doubling with `realloc` (in place while it fits, moving
+    /// otherwise), checking that the bytes written so far survive every
+    /// move, then shrinks it back; and checks that `calloc` memory is zero.
+    pub fn resize(stats: *mut u64, max: u32) {
+        let me = simt::global_thread_id() as u32;
+        let mut size = 16usize;
+        let mut p = malloc(size);
+        if p.is_null() {
+            count(stats, 2, 1);
+            return;
+        }
+        count(stats, 0, 1);
+        // SAFETY: a fresh block of `size` bytes, ours.
+        unsafe { write_pattern(p, size, me, 9) };
+        while size < max as usize {
+            // SAFETY: `p` is our live block; nothing else uses it.
+            let q = unsafe { warpalloc_device::realloc(p, size * 2) };
+            if q.is_null() {
+                count(stats, 2, 1);
+                break;
+            }
+            // SAFETY: the first `size` bytes moved with the block.
+            if !unsafe { check_pattern(q, size, me, 9) } {
+                count(stats, 3, 1);
+            }
+            size *= 2;
+            p = q;
+            // SAFETY: ours, `size` bytes.
+            unsafe { write_pattern(p, size, me, 9) };
+        }
+        // SAFETY: as above.
+        let q = unsafe { warpalloc_device::realloc(p, 24) };
+        // The kept bytes: the tag (which still names the large size) and the
+        // pattern up to 24.
+        // SAFETY: `q` is our live block of at least 24 bytes.
+        let kept = !q.is_null()
+            && unsafe { read_tag(q) } == Some((me, 9, size))
+            && (TAG_BYTES..24).all(|i| unsafe { q.add(i).read() } == pattern_byte(me, 9, i));
+        if !kept {
+            count(stats, 3, 1);
+        }
+        // SAFETY: ours.
+        unsafe { free(if q.is_null() { p } else { q }) };
+        count(stats, 1, 1);
+
+        let z = warpalloc_device::calloc(33, 7);
+        if z.is_null() {
+            count(stats, 2, 1);
+            return;
+        }
+        count(stats, 0, 1);
+        // SAFETY: 231 bytes, ours.
+        let zeroed = (0..231).all(|i| unsafe { z.add(i).read() } == 0);
+        if !zeroed {
+            count(stats, 4, 1);
+        }
+        // SAFETY: ours.
+        unsafe { free(z) };
+        count(stats, 1, 1);
+    }
+}

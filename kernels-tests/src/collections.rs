@@ -1,0 +1,54 @@
+//! `alloc` collections in kernels: `Vec`, `Box` and `String` growing through
+//! warpalloc's global allocator ([`WarpAlloc`](warpalloc_device::WarpAlloc)).
+//! The kernel crate declares it on the GPU; a host test binary declares it
+//! too, and the simulator's lanes then allocate from the launch's heap.
+
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use warpalloc_device::kernel;
+use warpalloc_device::simt;
+use warpalloc_device::sync::AtomicU64;
+
+/// Counts a broken expectation in `stats[4]` (the stress kernels' layout).
+fn broken(stats: *mut u64, bad: bool) {
+    if bad {
+        // SAFETY: the host gave `stats` the stress kernels' 8 words, used
+        // atomically.
+        unsafe { AtomicU64::from_ptr(stats.wrapping_add(4)) }.fetch_add(1);
+    }
+}
+
+kernel! {
+    /// Each thread grows a `Vec<u64>` to `n` elements (reallocating as it
+    /// goes), a `Vec` of `Vec<u8>`s, a `String` and a boxed array, checks
+    /// their contents and drops them; `stats[0]` counts finished threads.
+    pub fn collections(stats: *mut u64, n: u32) {
+        let me = simt::global_thread_id();
+        let mut v: Vec<u64> = Vec::new();
+        for i in 0..u64::from(n) {
+            v.push(me * 1_000_003 + i);
+        }
+        broken(stats, v.len() != n as usize);
+        broken(stats, v.iter().enumerate().any(|(i, &x)| x != me * 1_000_003 + i as u64));
+
+        let mut nested: Vec<Vec<u8>> = Vec::with_capacity(2);
+        for k in 0..8u8 {
+            nested.push((0..k * 9).map(|b| b ^ k).collect());
+        }
+        broken(stats, nested.iter().enumerate().any(|(k, w)| w.len() != k * 9));
+
+        let mut s = String::new();
+        for d in 0..n.min(200) {
+            s.push(char::from(b'a' + (d % 26) as u8));
+        }
+        broken(stats, s.len() != n.min(200) as usize || !s.starts_with("abc"));
+
+        let boxed = Box::new([me as u32; 64]);
+        broken(stats, boxed.iter().any(|&x| x != me as u32));
+        drop((v, nested, s, boxed));
+        // SAFETY: as in `broken`.
+        unsafe { AtomicU64::from_ptr(stats) }.fetch_add(1);
+    }
+}
