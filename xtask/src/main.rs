@@ -31,7 +31,14 @@ const COMPONENTS: &[&str] = &["rust-src", "llvm-tools", "miri", "clippy", "rustf
 const MIRI_RUNS: &[&[&str]] = &[
     &["-p", "warpalloc-sim"],
     &["-p", "warpalloc-device", "--lib"],
-    &["-p", "warpalloc-kernels-tests", "--test", "miri"],
+    &[
+        "-p",
+        "warpalloc-kernels-tests",
+        "--test",
+        "miri",
+        "--",
+        "--test-threads=1",
+    ],
 ];
 /// `MIRIFLAGS` for the Miri job, unless the environment sets `MIRIFLAGS`:
 /// pointers travel through integers (device addresses, the simulator's

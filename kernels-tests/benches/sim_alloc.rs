@@ -1,0 +1,57 @@
+//! Simulator throughput of the real allocator, for reference only (CPU; the
+//! GPU figures come from the GPU check): malloc → write → check → free
+//! rounds of the churn kernel, counted as operations (one malloc plus one
+//! free) per second.
+//!
+//! `cargo bench -p warpalloc-kernels-tests --bench sim_alloc`
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use warpalloc_device::kernel::Kernel;
+use warpalloc_device::sim::{Convergence, LaunchConfig};
+use warpalloc_device::sim_heap::{SimHeap, SimHeapConfig};
+use warpalloc_kernels_tests::stress::{STATS_WORDS, churn};
+
+fn churn_round(heap: &SimHeap, cfg: &LaunchConfig, iterations: u32, max_small: u32) -> u64 {
+    let mut stats = vec![0u64; STATS_WORDS];
+    let args = churn::Args {
+        stats: stats.as_mut_ptr(),
+        transfer: std::ptr::null_mut(),
+        slots: 0,
+        seed: 1,
+        iterations,
+        max_small,
+        large_one_in: 0,
+    };
+    // SAFETY: `stats` has the kernel's words and outlives the launch; with
+    // `slots == 0` the kernel never touches `transfer`.
+    unsafe { args.simulate(cfg) }.expect("churn launch");
+    assert_eq!(stats[3], 0, "corruption in a benchmark run");
+    stats[0]
+}
+
+fn bench(c: &mut Criterion) {
+    let heap = SimHeap::new(SimHeapConfig::default()).expect("reserve host memory");
+    let mut group = c.benchmark_group("sim_churn");
+    group.sample_size(10);
+    for (name, max_small) in [("16B-256B", 256u32), ("16B-8KiB", 8192)] {
+        for (policy, workers, convergence) in [
+            ("1 worker, random", 1, Convergence::Random),
+            ("2 workers, converged", 2, Convergence::Converged),
+        ] {
+            let cfg = LaunchConfig::linear(16, 128)
+                .workers(workers)
+                .convergence(convergence)
+                .binding(heap.binding());
+            let iterations = 8;
+            let ops = 16 * 128 * u64::from(iterations);
+            group.throughput(Throughput::Elements(ops));
+            group.bench_function(BenchmarkId::new(name, policy), |b| {
+                b.iter(|| churn_round(&heap, &cfg, iterations, max_small))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
