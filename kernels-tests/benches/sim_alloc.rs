@@ -11,7 +11,7 @@ use warpalloc_device::sim::{Convergence, LaunchConfig};
 use warpalloc_device::sim_heap::{SimHeap, SimHeapConfig};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, churn};
 
-fn churn_round(heap: &SimHeap, cfg: &LaunchConfig, iterations: u32, max_small: u32) -> u64 {
+fn churn_round(cfg: &LaunchConfig, iterations: u32, max_small: u32) -> u64 {
     let mut stats = vec![0u64; STATS_WORDS];
     let args = churn::Args {
         stats: stats.as_mut_ptr(),
@@ -46,7 +46,7 @@ fn bench(c: &mut Criterion) {
             let ops = 16 * 128 * u64::from(iterations);
             group.throughput(Throughput::Elements(ops));
             group.bench_function(BenchmarkId::new(name, policy), |b| {
-                b.iter(|| churn_round(&heap, &cfg, iterations, max_small))
+                b.iter(|| churn_round(&cfg, iterations, max_small))
             });
         }
     }
