@@ -16,7 +16,9 @@
 use crate::simt::Scope;
 use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 
-/// A bounded set of up to `N` cached slab addresses.
+/// A bounded set of up to `N` cached slab addresses (`repr(C)`: the
+/// entries come first).
+#[repr(C)]
 #[derive(Debug)]
 pub struct SlabCache<const N: usize> {
     entries: [AtomicU64; N],

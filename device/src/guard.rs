@@ -107,6 +107,7 @@ fn planted(bug: u32) -> bool {
 }
 
 /// The reference count of a slot.
+#[repr(transparent)]
 #[derive(Debug)]
 pub struct RefCount {
     counter: AtomicU64,
@@ -212,7 +213,9 @@ pub enum Lock {
     Empty,
 }
 
-/// One slot of the slot table.
+/// One slot of the slot table (`repr(C)`: `ptr`, then the count; a host
+/// reads slot tables by this layout).
+#[repr(C)]
 #[derive(Debug)]
 pub struct Guard {
     ptr: AtomicU64,
