@@ -65,7 +65,8 @@ pub mod plant {
     /// No bug.
     pub const NONE: u32 = 0;
     pub use super::{
-        PUBLISH_BEFORE_COUNT, PUBLISH_WITHOUT_RELEASE, RELEASE_WITHOUT_SWAP, UNLOCK_WITHOUT_ACQUIRE,
+        PUBLISH_BEFORE_COUNT, PUBLISH_WITHOUT_RELEASE, RELEASE_WITHOUT_SWAP,
+        RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE, UNLOCK_WITHOUT_ACQUIRE,
     };
 
     /// Plants `bug` (or `NONE`) for the models that run next.
@@ -92,9 +93,16 @@ pub const PUBLISH_WITHOUT_RELEASE: u32 = 3;
 /// release it to zero and destroy it under the publishers.
 pub const PUBLISH_BEFORE_COUNT: u32 = 4;
 
+/// Planted bug: the RPC client flips its flag before the release fence, so
+/// the server can read arguments that are not written yet.
+pub const RPC_FLIP_BEFORE_RELEASE: u32 = 5;
+/// Planted bug: the RPC server answers without the release fence, so the
+/// client can read a reply that is not written yet.
+pub const RPC_REPLY_WITHOUT_RELEASE: u32 = 6;
+
 /// Whether `bug` is planted (always false outside loom builds).
 #[inline(always)]
-fn planted(bug: u32) -> bool {
+pub(crate) fn planted(bug: u32) -> bool {
     #[cfg(loom)]
     {
         plant::active(bug)

@@ -48,9 +48,10 @@ use crate::cache::SlabCache;
 use crate::guard::{Guard, Lock, MAX_TRIES};
 use crate::provider::ProviderKind;
 use crate::simt;
+use crate::simt::Scope;
 use crate::size_class::{CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, geometry, place};
 use crate::slab::Slab;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 
 /// Slots in the table: 32 768 × 2 MiB = 64 GiB of slabs.
 pub const MAX_SLOTS: usize = 32_768;
@@ -88,17 +89,110 @@ const SKIP: u64 = u64::MAX - 2;
 const CREATING: u64 = u64::MAX - 3;
 
 /// What the host configures before launches. Atomics, so that device code
-/// reads what the host wrote (never a folded constant).
+/// reads what the host wrote (never a folded constant); `repr(C)` so that a
+/// host can write it into a GPU module's `WARPALLOC_HEAP` as the bytes of a
+/// [`ConfigValues`].
+#[repr(C)]
 #[derive(Debug)]
-pub struct HeapConfig {
+pub struct DeviceConfig {
     slot_count: AtomicU32,
     cache_limit: AtomicU32,
     provider: AtomicU32,
+    port_count: AtomicU32,
     region_base: AtomicU64,
     region_len: AtomicU64,
+    mailbox: AtomicU64,
 }
 
+/// The values of a [`DeviceConfig`], as plain data with the same layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConfigValues {
+    /// Slots of the slot table in use (1..=MAX_SLOTS; 0: unbound heap).
+    pub slot_count: u32,
+    /// Slabs the cache keeps (0..=MAX_CACHE).
+    pub cache_limit: u32,
+    /// A [`ProviderKind`] as `u32`.
+    pub provider: u32,
+    /// Ports of the RPC mailbox.
+    pub port_count: u32,
+    /// Start of the heap's region.
+    pub region_base: u64,
+    /// Bytes of the region (≤ MAX_REGION).
+    pub region_len: u64,
+    /// Device address of the RPC mailbox's first port.
+    pub mailbox: u64,
+}
+
+impl ConfigValues {
+    /// The values with every field in range: slots 1..=MAX_SLOTS (0 stays 0,
+    /// an unbound heap), cache ≤ MAX_CACHE, ports ≤ MAX_PORTS, region ≤
+    /// MAX_REGION.
+    pub fn clamped(self) -> ConfigValues {
+        ConfigValues {
+            slot_count: if self.slot_count == 0 {
+                0
+            } else {
+                self.slot_count.min(MAX_SLOTS as u32)
+            },
+            cache_limit: self.cache_limit.min(MAX_CACHE as u32),
+            port_count: self.port_count.min(MAX_PORTS as u32),
+            region_len: self.region_len.min(MAX_REGION),
+            ..self
+        }
+    }
+}
+
+/// Where the parts a host reads or writes lie in a [`DeviceHeap`] (byte
+/// offsets), for a heap that is a GPU module global.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// The [`DeviceConfig`] (write a [`ConfigValues`] there).
+    pub config: usize,
+    /// The error record: four `u64`s, see [`Errors::from_words`].
+    pub errors: usize,
+    /// The counters: six `u64`s, see [`Traffic::from_words`].
+    pub counters: usize,
+    /// The pool's head (`u64`).
+    pub pool_head: usize,
+    /// The pool's next links (`u32` per region chunk).
+    pub pool_next: usize,
+    /// The slot table: [`MAX_SLOTS`] guards of 16 bytes (`ptr`, `refs`).
+    pub slots: usize,
+    /// The slab cache's entries: [`MAX_CACHE`] `u64`s.
+    pub cache: usize,
+    /// The whole heap.
+    pub size: usize,
+}
+
+/// The layout of [`DeviceHeap`].
+pub const LAYOUT: Layout = Layout {
+    config: core::mem::offset_of!(DeviceHeap, config),
+    errors: core::mem::offset_of!(DeviceHeap, errors),
+    counters: core::mem::offset_of!(DeviceHeap, counters),
+    pool_head: core::mem::offset_of!(DeviceHeap, pool_head),
+    pool_next: core::mem::offset_of!(DeviceHeap, pool_next),
+    slots: core::mem::offset_of!(DeviceHeap, slots),
+    cache: core::mem::offset_of!(DeviceHeap, cache),
+    size: core::mem::size_of::<DeviceHeap>(),
+};
+
+const _: () = assert!(core::mem::size_of::<Guard>() == 16);
+const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 4 * 8);
+const _: () = assert!(core::mem::size_of::<Counters>() == 6 * 8);
+
+const _: () = assert!(core::mem::size_of::<ConfigValues>() == core::mem::size_of::<DeviceConfig>());
+const _: () =
+    assert!(core::mem::align_of::<ConfigValues>() == core::mem::align_of::<DeviceConfig>());
+const _: () = assert!(
+    core::mem::offset_of!(ConfigValues, mailbox) == core::mem::offset_of!(DeviceConfig, mailbox)
+);
+
+/// Ports the mailbox can have (and lock bits the heap keeps for them).
+pub const MAX_PORTS: usize = 4096;
+
 /// Bad frees and failed allocations, as counted on the device.
+#[repr(C)]
 #[derive(Debug)]
 pub struct ErrorRecord {
     double_frees: AtomicU64,
@@ -120,7 +214,20 @@ pub struct Errors {
     pub first_bad_address: u64,
 }
 
+impl Errors {
+    /// The record as a host read it from device memory (field order).
+    pub fn from_words(w: [u64; 4]) -> Errors {
+        Errors {
+            double_frees: w[0],
+            invalid_frees: w[1],
+            out_of_memory: w[2],
+            first_bad_address: w[3],
+        }
+    }
+}
+
 /// Device-side counters of slab and block traffic.
+#[repr(C)]
 #[derive(Debug)]
 pub struct Counters {
     slabs_from_provider: AtomicU64,
@@ -148,15 +255,38 @@ pub struct Traffic {
     pub large_frees: u64,
 }
 
-/// All allocator state of one heap.
+impl Traffic {
+    /// The counters as a host read them from device memory (field order).
+    pub fn from_words(w: [u64; 6]) -> Traffic {
+        Traffic {
+            slabs_from_provider: w[0],
+            slabs_from_cache: w[1],
+            slabs_to_cache: w[2],
+            slabs_to_provider: w[3],
+            large_allocations: w[4],
+            large_frees: w[5],
+        }
+    }
+}
+
+/// All allocator state of one heap. `repr(C)`: a host reads and writes parts
+/// of it in a GPU module global by offset ([`layout`]).
+#[repr(C)]
 pub struct DeviceHeap {
-    config: HeapConfig,
+    config: DeviceConfig,
+    errors: ErrorRecord,
+    counters: Counters,
+    /// Top of the pool of ready slabs: `tag << 32 | (chunk index + 1)`, 0
+    /// when empty (pool mode).
+    pool_head: AtomicU64,
+    /// Next link of each pooled slab, by chunk index (`index + 1`, 0 ends).
+    pool_next: [AtomicU32; REGION_CHUNKS],
+    /// Device-side lock bits of the RPC mailbox's ports.
+    port_locks: [AtomicU32; MAX_PORTS / 32],
     slots: [Guard; MAX_SLOTS],
     hints: [AtomicU32; CLASS_COUNT],
     chunks: [AtomicU32; REGION_CHUNKS],
     cache: SlabCache<MAX_CACHE>,
-    errors: ErrorRecord,
-    counters: Counters,
     #[cfg(not(target_arch = "nvptx64"))]
     direct: Option<core::ptr::NonNull<dyn crate::provider::DirectProvider>>,
 }
@@ -229,13 +359,18 @@ impl DeviceHeap {
     #[cfg(not(loom))]
     pub const fn new() -> Self {
         DeviceHeap {
-            config: HeapConfig {
+            config: DeviceConfig {
                 slot_count: AtomicU32::new(0),
                 cache_limit: AtomicU32::new(0),
                 provider: AtomicU32::new(0),
+                port_count: AtomicU32::new(0),
                 region_base: AtomicU64::new(0),
                 region_len: AtomicU64::new(0),
+                mailbox: AtomicU64::new(0),
             },
+            pool_head: AtomicU64::new(0),
+            pool_next: [const { AtomicU32::new(0) }; REGION_CHUNKS],
+            port_locks: [const { AtomicU32::new(0) }; MAX_PORTS / 32],
             slots: [const { Guard::new() }; MAX_SLOTS],
             hints: [const { AtomicU32::new(0) }; CLASS_COUNT],
             chunks: [const { AtomicU32::new(0) }; REGION_CHUNKS],
@@ -271,17 +406,40 @@ impl DeviceHeap {
     /// Sets the table size (clamped to 1..=MAX_SLOTS), the cache limit
     /// (clamped to MAX_CACHE) and the region. Host side, before launches.
     pub fn configure(&self, slots: u32, cache_limit: u32, region_base: u64, region_len: u64) {
-        let slots = slots.clamp(1, MAX_SLOTS as u32);
-        self.config
-            .cache_limit
-            .store(cache_limit.min(MAX_CACHE as u32), Ordering::Relaxed);
-        self.config
-            .region_base
-            .store(region_base, Ordering::Relaxed);
-        self.config
-            .region_len
-            .store(region_len.min(MAX_REGION), Ordering::Relaxed);
-        self.config.slot_count.store(slots, Ordering::Relaxed);
+        let mut v = self.config_values();
+        v.slot_count = slots;
+        v.cache_limit = cache_limit;
+        v.region_base = region_base;
+        v.region_len = region_len;
+        self.apply(v);
+    }
+
+    /// Writes a whole configuration (clamped, see [`ConfigValues::clamped`]).
+    /// Host side, when no kernel runs.
+    pub fn apply(&self, values: ConfigValues) {
+        let v = values.clamped();
+        let c = &self.config;
+        c.cache_limit.store(v.cache_limit, Ordering::Relaxed);
+        c.provider.store(v.provider, Ordering::Relaxed);
+        c.port_count.store(v.port_count, Ordering::Relaxed);
+        c.region_base.store(v.region_base, Ordering::Relaxed);
+        c.region_len.store(v.region_len, Ordering::Relaxed);
+        c.mailbox.store(v.mailbox, Ordering::Relaxed);
+        c.slot_count.store(v.slot_count, Ordering::Relaxed);
+    }
+
+    /// The configuration now.
+    pub fn config_values(&self) -> ConfigValues {
+        let c = &self.config;
+        ConfigValues {
+            slot_count: c.slot_count.load(Ordering::Relaxed),
+            cache_limit: c.cache_limit.load(Ordering::Relaxed),
+            provider: c.provider.load(Ordering::Relaxed),
+            port_count: c.port_count.load(Ordering::Relaxed),
+            region_base: c.region_base.load(Ordering::Relaxed),
+            region_len: c.region_len.load(Ordering::Relaxed),
+            mailbox: c.mailbox.load(Ordering::Relaxed),
+        }
     }
 
     /// Binds a provider called in place (simulator only) and adopts its
@@ -309,9 +467,34 @@ impl DeviceHeap {
             .store(ProviderKind::Direct as u32, Ordering::Relaxed);
     }
 
-    /// System memory: `bytes` aligned to `align`, or 0.
+    #[inline(always)]
+    fn provider(&self) -> ProviderKind {
+        ProviderKind::from_raw(self.config.provider.load(Ordering::Relaxed))
+    }
+
+    /// The RPC client of the mailbox the host bound, if any.
+    fn rpc(&self) -> Option<crate::rpc::Client<'_>> {
+        let mailbox = self.config.mailbox.load(Ordering::Relaxed);
+        let ports = self.config.port_count.load(Ordering::Relaxed);
+        if mailbox == 0 || ports == 0 {
+            return None;
+        }
+        let ports = ports.min(MAX_PORTS as u32);
+        // SAFETY: the host binds `mailbox` to `ports` ports of a mapped
+        // mailbox that one server serves for as long as the heap is used
+        // (the contract of configuring an RPC or pool heap).
+        Some(unsafe {
+            crate::rpc::Client::new(
+                core::ptr::with_exposed_provenance_mut(mailbox as usize),
+                ports,
+                &self.port_locks,
+            )
+        })
+    }
+
+    /// System memory: `bytes` aligned to `align`, or 0. One lane calls it.
     fn system_allocate(&self, bytes: u64, align: u64) -> u64 {
-        match ProviderKind::from_raw(self.config.provider.load(Ordering::Relaxed)) {
+        match self.provider() {
             ProviderKind::Unbound => 0,
             ProviderKind::Direct => {
                 #[cfg(not(target_arch = "nvptx64"))]
@@ -323,11 +506,22 @@ impl DeviceHeap {
                 let _ = (bytes, align);
                 0
             }
+            ProviderKind::Rpc | ProviderKind::Pool => match self.rpc() {
+                Some(client) => {
+                    let mut args = [0u64; crate::rpc::wire::LANE_WORDS];
+                    args[0] = bytes;
+                    args[1] = align;
+                    let me = 1u32 << simt::lane_id();
+                    client.call(me, crate::rpc::wire::Opcode::Alloc, args)[0]
+                }
+                None => 0,
+            },
         }
     }
 
+    /// Gives system memory back. One lane calls it; it does not wait.
     fn system_deallocate(&self, addr: u64, bytes: u64) {
-        match ProviderKind::from_raw(self.config.provider.load(Ordering::Relaxed)) {
+        match self.provider() {
             ProviderKind::Unbound => {}
             ProviderKind::Direct => {
                 #[cfg(not(target_arch = "nvptx64"))]
@@ -338,7 +532,85 @@ impl DeviceHeap {
                 // No provider is called in place on the GPU.
                 let _ = (addr, bytes);
             }
+            ProviderKind::Rpc | ProviderKind::Pool => {
+                if let Some(client) = self.rpc() {
+                    let mut args = [0u64; crate::rpc::wire::LANE_WORDS];
+                    args[0] = addr;
+                    args[1] = bytes;
+                    let me = 1u32 << simt::lane_id();
+                    client.send(me, crate::rpc::wire::Opcode::Free, args);
+                }
+            }
         }
+    }
+
+    // ----------------------------------------------------------------------
+    // The slab pool (pool mode)
+    // ----------------------------------------------------------------------
+
+    /// Pushes slab `slab` (an address in the region) on the pool.
+    pub fn pool_push(&self, slab: u64) -> bool {
+        let Some(chunk) = self.chunk_index(slab) else {
+            return false;
+        };
+        let mut head = self.pool_head.load(Ordering::Relaxed);
+        loop {
+            self.pool_next[chunk & (REGION_CHUNKS - 1)].store(head as u32, Ordering::Relaxed);
+            // ORDERING: release (gpu): our link (and the slab's clean
+            // bitfield) happen-before the popper's reads; pairs with the
+            // acquire fence in `pool_pop`.
+            fence(Ordering::Release, Scope::Gpu);
+            let tag = (head >> 32).wrapping_add(1);
+            match self
+                .pool_head
+                .compare_exchange(head, (tag << 32) | (chunk as u64 + 1))
+            {
+                Ok(_) => return true,
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Pops a slab off the pool. The tag in the head's high half changes on
+    /// every push and pop, so a stale head (ABA) never wins the CAS.
+    pub fn pool_pop(&self) -> Option<u64> {
+        let mut head = self.pool_head.load(Ordering::Relaxed);
+        loop {
+            let top = head as u32;
+            if top == 0 {
+                return None;
+            }
+            let chunk = (top - 1) as usize & (REGION_CHUNKS - 1);
+            // ORDERING: acquire (gpu): pairs with the release fence in
+            // `pool_push` of the link we read.
+            fence(Ordering::Acquire, Scope::Gpu);
+            let next = self.pool_next[chunk].load(Ordering::Relaxed);
+            let tag = (head >> 32).wrapping_add(1);
+            match self
+                .pool_head
+                .compare_exchange(head, (tag << 32) | u64::from(next))
+            {
+                Ok(_) => {
+                    // ORDERING: acquire (gpu): the slab's contents as the
+                    // pusher left them.
+                    fence(Ordering::Acquire, Scope::Gpu);
+                    let base = self.config.region_base.load(Ordering::Relaxed);
+                    return Some(base + ((chunk as u64) << SLAB_SHIFT));
+                }
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Slabs in the pool now (host side, quiescent heap).
+    pub fn pool_len(&self) -> usize {
+        let mut n = 0;
+        let mut at = self.pool_head.load(Ordering::Relaxed) as u32;
+        while at != 0 && n <= REGION_CHUNKS {
+            n += 1;
+            at = self.pool_next[(at - 1) as usize & (REGION_CHUNKS - 1)].load(Ordering::Relaxed);
+        }
+        n
     }
 
     /// The chunk-table index of `addr`, if it lies in the region.
@@ -577,7 +849,11 @@ impl DeviceHeap {
             let words = unsafe { Slab(slab).header() }.words;
             return Some((slab, words));
         }
-        let slab = self.system_allocate(SLAB_SIZE, SLAB_SIZE);
+        let slab = if self.provider() == ProviderKind::Pool {
+            self.pool_pop().unwrap_or(0)
+        } else {
+            self.system_allocate(SLAB_SIZE, SLAB_SIZE)
+        };
         if slab == 0 {
             return None;
         }
@@ -617,6 +893,9 @@ impl DeviceHeap {
         let limit = self.config.cache_limit.load(Ordering::Relaxed) as usize;
         if self.cache.push(slab, limit) {
             self.counters.slabs_to_cache.fetch_add(1);
+        } else if self.provider() == ProviderKind::Pool {
+            // Pool slabs stay with the device: no RPC on the slab path.
+            self.pool_push(slab);
         } else {
             self.counters.slabs_to_provider.fetch_add(1);
             self.system_deallocate(slab, SLAB_SIZE);
@@ -819,6 +1098,29 @@ impl DeviceHeap {
             self.counters.slabs_to_provider.fetch_add(1);
             n += 1;
         });
+        n
+    }
+
+    /// Empties the cache, handing each slab to `f` (host side, no kernel
+    /// running: a trim gives them back to the backing). Returns how many.
+    pub fn take_cached(&self, mut f: impl FnMut(u64)) -> usize {
+        let mut n = 0;
+        self.cache.drain(|slab| {
+            self.counters.slabs_to_provider.fetch_add(1);
+            f(slab);
+            n += 1;
+        });
+        n
+    }
+
+    /// Empties the pool, handing each slab to `f` (host side, no kernel
+    /// running). Returns how many.
+    pub fn take_pool(&self, mut f: impl FnMut(u64)) -> usize {
+        let mut n = 0;
+        while let Some(slab) = self.pool_pop() {
+            f(slab);
+            n += 1;
+        }
         n
     }
 

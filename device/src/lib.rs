@@ -41,6 +41,7 @@ pub mod kernel;
 mod panic;
 #[cfg(not(loom))]
 pub mod provider;
+pub mod rpc;
 #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
 pub mod sim_heap;
 pub mod simt;

@@ -20,6 +20,13 @@ pub enum ProviderKind {
     Unbound = 0,
     /// A host object called in place (simulator only).
     Direct = 1,
+    /// The host's RPC server, over the mailbox: slabs and large blocks are
+    /// mapped on demand.
+    Rpc = 2,
+    /// Slabs from a pool the host mapped before launch (a lock-free stack
+    /// on the device, no RPC on the slab path: deadlock-free, fast first
+    /// touch); large blocks still from the RPC server.
+    Pool = 3,
 }
 
 impl ProviderKind {
@@ -27,6 +34,8 @@ impl ProviderKind {
     pub fn from_raw(raw: u32) -> ProviderKind {
         match raw {
             1 => ProviderKind::Direct,
+            2 => ProviderKind::Rpc,
+            3 => ProviderKind::Pool,
             _ => ProviderKind::Unbound,
         }
     }

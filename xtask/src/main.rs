@@ -55,6 +55,7 @@ const MIRI_PROPTEST_CASES: &str = "16";
 const LOOM_RUNS: &[&[&str]] = &[
     &["-p", "warpalloc-device", "--lib", "--", "loom"],
     &["-p", "warpalloc-device", "--test", "loom"],
+    &["-p", "warpalloc-device", "--test", "loom_rpc"],
 ];
 
 #[derive(Parser)]

@@ -1,0 +1,169 @@
+//! The device's side of the mailbox: a warp (any subset of one, all of whose
+//! lanes call together) locks a port, sends one request with a buffer per
+//! lane, and for a call waits for the answer.
+//!
+//! ```text
+//!   lane_mask ─► leader: lock a port (device lock bits, fetch_or)
+//!             ─► leader: wait until client == server   (acquire, sys)
+//!             ─► lanes: write args;  leader: header     (relaxed)
+//!             ─► release (sys);  leader: flip client
+//!   call:     ─► leader: wait until server == client    (acquire, sys; nanosleep)
+//!             ─► lanes: read reply
+//!             ─► release (gpu);  leader: unlock the port
+//! ```
+
+use crate::guard::{RPC_FLIP_BEFORE_RELEASE, planted};
+use crate::rpc::wire::{LANE_WORDS, Opcode, Port};
+use crate::simt::{self, Backoff, Scope};
+use crate::sync::{AtomicU32, Ordering, fence};
+
+/// A client of one mailbox.
+pub struct Client<'a> {
+    ports: *mut Port,
+    port_count: u32,
+    locks: &'a [AtomicU32],
+}
+
+impl<'a> Client<'a> {
+    /// A client of the `port_count` ports at `ports`, locking them with the
+    /// bits of `locks` (bit `i % 32` of word `i / 32` for port `i`; ports
+    /// beyond `locks` are not used).
+    ///
+    /// # Safety
+    /// `ports` points to `port_count` ports that stay mapped while the client
+    /// is used, served by one server, and locked only through `locks`.
+    pub unsafe fn new(ports: *mut Port, port_count: u32, locks: &'a [AtomicU32]) -> Self {
+        let usable = (locks.len() * 32).min(u32::MAX as usize) as u32;
+        Client {
+            ports,
+            port_count: port_count.min(usable),
+            locks,
+        }
+    }
+
+    fn port(&self, index: u32) -> &Port {
+        // SAFETY: `index < port_count` (callers reduce modulo it), within
+        // the ports the constructor's contract keeps mapped.
+        unsafe { &*self.ports.add(index as usize) }
+    }
+
+    /// Locks a port for the lanes of `lane_mask`; every lane gets its index.
+    fn lock(&self, lane_mask: u32) -> u32 {
+        let leader = simt::leader(lane_mask);
+        let mut index = 0;
+        if simt::lane_id() == leader {
+            let count = self.port_count.max(1);
+            let warps_per_block = simt::block_dim().volume().div_ceil(32);
+            let warp = simt::block_linear() * warps_per_block + u64::from(simt::warp_id());
+            let start = (warp % u64::from(count)) as u32;
+            let mut backoff = Backoff::new();
+            'search: loop {
+                for i in 0..count {
+                    let at = (start + i) % count;
+                    let bit = 1u32 << (at % 32);
+                    let Some(word) = self.locks.get((at / 32) as usize) else {
+                        continue;
+                    };
+                    if word.load(Ordering::Relaxed) & bit == 0 && word.fetch_or(bit) & bit == 0 {
+                        index = at;
+                        break 'search;
+                    }
+                }
+                backoff.snooze();
+            }
+            // ORDERING: acquire (gpu): pairs with the release fence in
+            // `unlock`: the previous holder's use of the port happens-before
+            // ours.
+            fence(Ordering::Acquire, Scope::Gpu);
+            // Wait until the server has taken the previous request.
+            let port = self.port(index);
+            let mut backoff = Backoff::new();
+            // ORDERING: acquire (sys): pairs with the server's release
+            // before it set `server`; the port's payload is ours after this.
+            while port.server.load(Ordering::Acquire) != port.client.load(Ordering::Relaxed) {
+                backoff.snooze();
+            }
+        }
+        simt::shfl_u32(lane_mask, index, leader)
+    }
+
+    fn unlock(&self, lane_mask: u32, index: u32) {
+        simt::syncwarp(lane_mask);
+        if simt::is_leader(lane_mask) {
+            // ORDERING: release (gpu): our use of the port happens-before
+            // the next holder's; pairs with the acquire fence in `lock`.
+            fence(Ordering::Release, Scope::Gpu);
+            if let Some(word) = self.locks.get((index / 32) as usize) {
+                word.fetch_and(!(1u32 << (index % 32)));
+            }
+        }
+    }
+
+    /// Writes the request and hands the port to the server; returns the
+    /// flag value that the server's answer will show.
+    fn send_on(&self, lane_mask: u32, index: u32, opcode: Opcode, args: [u64; LANE_WORDS]) -> u32 {
+        let port = self.port(index);
+        for (word, value) in port.buffer(simt::lane_id()).iter().zip(args) {
+            word.store(value, Ordering::Relaxed);
+        }
+        // ORDERING: release (sys): this lane's arguments are ordered before
+        // the syncwarp, after which the leader's own release publishes the
+        // whole request to the host.
+        fence(Ordering::Release, Scope::System);
+        simt::syncwarp(lane_mask);
+        let mut flip = 0;
+        if simt::is_leader(lane_mask) {
+            port.lane_mask.store(lane_mask, Ordering::Relaxed);
+            port.opcode.store(opcode as u32, Ordering::Relaxed);
+            flip = port.client.load(Ordering::Relaxed) ^ 1;
+            if planted(RPC_FLIP_BEFORE_RELEASE) {
+                port.client.store(flip, Ordering::Relaxed);
+            }
+            // ORDERING: release (sys): the request happens-before the
+            // server's read; pairs with the acquire load of `client` in
+            // `server::poll`.
+            fence(Ordering::Release, Scope::System);
+            port.client.store(flip, Ordering::Relaxed);
+        }
+        simt::shfl_u32(lane_mask, flip, simt::leader(lane_mask))
+    }
+
+    /// Sends `opcode` with each lane's `args` and waits for the answer; every
+    /// lane of `lane_mask` calls together and gets its own reply.
+    pub fn call(
+        &self,
+        lane_mask: u32,
+        opcode: Opcode,
+        args: [u64; LANE_WORDS],
+    ) -> [u64; LANE_WORDS] {
+        let index = self.lock(lane_mask);
+        let flip = self.send_on(lane_mask, index, opcode, args);
+        let port = self.port(index);
+        if simt::is_leader(lane_mask) {
+            let mut backoff = Backoff::with_limits(64, 4096);
+            // ORDERING: acquire (sys): pairs with the server's release before
+            // it answered; the replies are visible after this.
+            while port.server.load(Ordering::Acquire) != flip {
+                backoff.snooze();
+            }
+        }
+        simt::syncwarp(lane_mask);
+        // ORDERING: acquire (sys): this lane's view of its reply follows the
+        // leader's acquire (the syncwarp orders the lanes).
+        fence(Ordering::Acquire, Scope::System);
+        let mut reply = [0u64; LANE_WORDS];
+        for (out, word) in reply.iter_mut().zip(port.buffer(simt::lane_id())) {
+            *out = word.load(Ordering::Relaxed);
+        }
+        self.unlock(lane_mask, index);
+        reply
+    }
+
+    /// Sends `opcode` with each lane's `args` without waiting for an answer
+    /// (the next user of the port waits until the server has taken it).
+    pub fn send(&self, lane_mask: u32, opcode: Opcode, args: [u64; LANE_WORDS]) {
+        let index = self.lock(lane_mask);
+        self.send_on(lane_mask, index, opcode, args);
+        self.unlock(lane_mask, index);
+    }
+}

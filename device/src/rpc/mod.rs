@@ -1,0 +1,14 @@
+//! The RPC channel between kernels and the host: the mailbox's wire format
+//! (one `no_std` module both sides compile), the device's client, and the
+//! host's server-side steps.
+//!
+//! A kernel asks the host for memory (a slab, a large block) or gives it back
+//! through a port of the mailbox; the host's server thread answers. See
+//! [`wire`] for the layout and the ownership protocol.
+
+pub mod client;
+pub mod server;
+pub mod wire;
+
+pub use client::Client;
+pub use server::{Request, poll};
