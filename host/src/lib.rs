@@ -16,6 +16,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backing;
 mod error;
 pub mod gpu;
 mod launch;

@@ -1,0 +1,252 @@
+//! `CudaVmm`: the CUDA driver's virtual memory management API (through
+//! cudarc's `driver::sys`): one `cuMemAddressReserve`d range, physical chunks
+//! from `cuMemCreate`, mapped with `cuMemMap` and made accessible with
+//! `cuMemSetAccess`. Every call binds the heap's context to the calling
+//! thread first (the RPC server's thread is not the one that created it).
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use cudarc::driver::CudaContext;
+use cudarc::driver::sys::{self, CUresult};
+
+use super::{Backing, BackingError, CHUNK, DriverCalls};
+
+/// GPU memory through the driver's virtual memory API.
+pub struct CudaVmm {
+    ctx: Arc<CudaContext>,
+    device: i32,
+    device_memory: u64,
+    reservation: Option<(u64, u64)>,
+    mapped: HashMap<u64, sys::CUmemGenericAllocationHandle>,
+    spares: Vec<sys::CUmemGenericAllocationHandle>,
+    calls: DriverCalls,
+}
+
+// SAFETY: the handles are plain driver handles, usable from any thread that
+// binds the context (every method does).
+unsafe impl Send for CudaVmm {}
+
+/// Runs a raw driver call, turning a failure or a cudarc panic into an error.
+fn driver(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<(), BackingError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(CUresult::CUDA_SUCCESS) => Ok(()),
+        Ok(code) => Err(BackingError::Driver {
+            call,
+            message: format!("{code:?}"),
+        }),
+        Err(_) => Err(BackingError::Driver {
+            call,
+            message: "the CUDA driver library could not be used (missing symbol?)".into(),
+        }),
+    }
+}
+
+impl CudaVmm {
+    /// The VMM backing of `ctx`'s device. Fails if the device lacks VMM
+    /// support or its allocation granularity does not divide 2 MiB.
+    pub fn new(ctx: Arc<CudaContext>) -> Result<CudaVmm, BackingError> {
+        let device = ctx.ordinal() as i32;
+        let bind = |ctx: &CudaContext| {
+            ctx.bind_to_thread().map_err(|e| BackingError::Driver {
+                call: "cuCtxSetCurrent",
+                message: e.to_string(),
+            })
+        };
+        bind(&ctx)?;
+        let supported = ctx
+            .attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            )
+            .map_err(|e| BackingError::Driver {
+                call: "cuDeviceGetAttribute",
+                message: e.to_string(),
+            })?;
+        if supported == 0 {
+            return Err(BackingError::Unsupported(
+                "the device does not support CUDA virtual memory management (cuMemCreate/cuMemMap); \
+                 use the pool mode's pre-mapped memory or the simulator"
+                    .into(),
+            ));
+        }
+        let device_memory = ctx.total_mem().map_err(|e| BackingError::Driver {
+            call: "cuDeviceTotalMem",
+            message: e.to_string(),
+        })? as u64;
+        let vmm = CudaVmm {
+            ctx,
+            device,
+            device_memory,
+            reservation: None,
+            mapped: HashMap::new(),
+            spares: Vec::new(),
+            calls: DriverCalls::default(),
+        };
+        let prop = vmm.prop();
+        let mut granularity = 0usize;
+        // SAFETY: valid out-pointer and property struct.
+        driver("cuMemGetAllocationGranularity", || unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut granularity,
+                &prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+            )
+        })?;
+        if granularity == 0 || !CHUNK.is_multiple_of(granularity as u64) {
+            return Err(BackingError::Unsupported(format!(
+                "allocation granularity {granularity} does not divide the 2 MiB chunk"
+            )));
+        }
+        Ok(vmm)
+    }
+
+    fn prop(&self) -> sys::CUmemAllocationProp {
+        // SAFETY: a plain C struct for which all-zero is the documented
+        // "no options" value of every field.
+        let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = self.device;
+        prop
+    }
+
+    fn bind(&self) -> Result<(), BackingError> {
+        self.ctx.bind_to_thread().map_err(|e| BackingError::Driver {
+            call: "cuCtxSetCurrent",
+            message: e.to_string(),
+        })
+    }
+}
+
+impl Backing for CudaVmm {
+    fn reserve(&mut self, bytes: u64) -> Result<u64, BackingError> {
+        self.bind()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; a fresh range chosen by the driver.
+        driver("cuMemAddressReserve", || unsafe {
+            sys::cuMemAddressReserve(&mut ptr, bytes as usize, CHUNK as usize, 0, 0)
+        })?;
+        self.reservation = Some((ptr, bytes));
+        Ok(ptr)
+    }
+
+    fn map(&mut self, addr: u64) -> Result<(), BackingError> {
+        self.bind()?;
+        let handle = match self.spares.pop() {
+            Some(h) => h,
+            None => {
+                let prop = self.prop();
+                let mut handle: sys::CUmemGenericAllocationHandle = 0;
+                // SAFETY: valid out-pointer and property struct.
+                driver("cuMemCreate", || unsafe {
+                    sys::cuMemCreate(&mut handle, CHUNK as usize, &prop, 0)
+                })?;
+                self.calls.creates += 1;
+                handle
+            }
+        };
+        // SAFETY: `addr` is an unmapped chunk of our reservation; `handle` a
+        // physical allocation of exactly that size.
+        if let Err(e) = driver("cuMemMap", || unsafe {
+            sys::cuMemMap(addr, CHUNK as usize, 0, handle, 0)
+        }) {
+            self.spares.push(handle);
+            return Err(e);
+        }
+        let desc = sys::CUmemAccessDesc {
+            location: self.prop().location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the range was just mapped; one descriptor.
+        if let Err(e) = driver("cuMemSetAccess", || unsafe {
+            sys::cuMemSetAccess(addr, CHUNK as usize, &desc, 1)
+        }) {
+            // SAFETY: undo the mapping just made.
+            let _ = driver("cuMemUnmap", || unsafe {
+                sys::cuMemUnmap(addr, CHUNK as usize)
+            });
+            self.spares.push(handle);
+            return Err(e);
+        }
+        self.mapped.insert(addr, handle);
+        self.calls.maps += 1;
+        Ok(())
+    }
+
+    fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
+        let Some(handle) = self.mapped.remove(&addr) else {
+            return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
+        };
+        self.bind()?;
+        // SAFETY: a chunk we mapped; no kernel uses it (the region's trim
+        // contract).
+        let result = driver("cuMemUnmap", || unsafe {
+            sys::cuMemUnmap(addr, CHUNK as usize)
+        });
+        self.spares.push(handle);
+        result?;
+        self.calls.unmaps += 1;
+        Ok(())
+    }
+
+    fn release_spares(&mut self) -> Result<u64, BackingError> {
+        self.bind()?;
+        let mut n = 0;
+        while let Some(handle) = self.spares.pop() {
+            // SAFETY: an unmapped physical allocation we created.
+            driver("cuMemRelease", || unsafe { sys::cuMemRelease(handle) })?;
+            self.calls.releases += 1;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn free_reservation(&mut self) -> Result<(), BackingError> {
+        let addrs: Vec<u64> = self.mapped.keys().copied().collect();
+        for addr in addrs {
+            self.unmap(addr)?;
+        }
+        self.release_spares()?;
+        if let Some((base, len)) = self.reservation.take() {
+            self.bind()?;
+            // SAFETY: our whole reservation, with nothing mapped in it.
+            driver("cuMemAddressFree", || unsafe {
+                sys::cuMemAddressFree(base, len as usize)
+            })?;
+        }
+        Ok(())
+    }
+
+    fn free_device_memory(&self) -> Option<u64> {
+        self.bind().ok()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers.
+        driver("cuMemGetInfo", || unsafe {
+            sys::cuMemGetInfo_v2(&mut free, &mut total)
+        })
+        .ok()?;
+        Some(free as u64)
+    }
+
+    fn device_memory(&self) -> u64 {
+        self.device_memory
+    }
+
+    fn calls(&self) -> DriverCalls {
+        self.calls
+    }
+}
+
+impl Drop for CudaVmm {
+    fn drop(&mut self) {
+        let result = self.free_reservation();
+        if let Err(BackingError::Driver { message, .. }) = &result {
+            // Record it in the context, as cudarc's own RAII types do.
+            let _ = message;
+            self.ctx.record_err::<()>(Err(cudarc::driver::DriverError(
+                CUresult::CUDA_ERROR_UNKNOWN,
+            )));
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Where the heap's memory physically comes from.
+//!
+//! ```text
+//!   Region (region.rs) ── the logic both backings share: one reserved range,
+//!     │                   chunk states, aligned runs, a free list of mapped
+//!     │                   chunks reused without driver calls, limit/headroom
+//!     │                   checks, fault injection, statistics, trim
+//!     ▼
+//!   Backing (trait) ── only what talks to the driver or the kernel:
+//!     ├── CudaVmm      cuMemAddressReserve / cuMemCreate / cuMemMap /
+//!     │                cuMemSetAccess / cuMemUnmap / cuMemRelease
+//!     └── HostEmulated mmap(PROT_NONE) reservation, a memfd per physical
+//!                      chunk mapped with MAP_FIXED — the simulator's GPU
+//! ```
+//!
+//! Memory moves in chunks of [`CHUNK`] bytes (2 MiB, the allocator's slab
+//! size). A physical chunk that is unmapped goes to a spare list and may be
+//! mapped again at another address.
+//!
+//! The deadlock rule (DESIGN.md): `Region::allocate` and `Region::free` run on
+//! the RPC server thread while kernels spin. `allocate` may create and map
+//! memory; nothing in them frees, unmaps or synchronises. Only `trim` (called
+//! when no kernel of the heap runs) unmaps and releases.
+
+mod cuda_vmm;
+mod host_emulated;
+mod region;
+
+pub use cuda_vmm::CudaVmm;
+pub use host_emulated::HostEmulated;
+pub use region::{Refusal, Region, RegionConfig, RegionStats};
+
+/// Bytes of a chunk: the allocator's slab size.
+pub const CHUNK: u64 = warpalloc_device::size_class::SLAB_SIZE;
+
+/// Why a backing operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackingError {
+    /// A CUDA driver call failed.
+    #[error("CUDA driver call {call} failed: {message}")]
+    Driver {
+        /// The call.
+        call: &'static str,
+        /// The driver's error, or cudarc's panic message.
+        message: String,
+    },
+    /// An operating system call failed.
+    #[error("{call} failed: {source}")]
+    Os {
+        /// The call.
+        call: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The device does not support what the backing needs.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// An address or size the backing did not hand out.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+}
+
+/// Driver (or kernel) calls a backing has made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverCalls {
+    /// Physical chunks created.
+    pub creates: u64,
+    /// Chunks mapped (with access set).
+    pub maps: u64,
+    /// Chunks unmapped.
+    pub unmaps: u64,
+    /// Physical chunks released.
+    pub releases: u64,
+}
+
+/// The driver-facing half of a region: address space and physical chunks.
+pub trait Backing: Send {
+    /// Reserves `bytes` of address space aligned to [`CHUNK`]; returns its
+    /// base. Called once.
+    fn reserve(&mut self, bytes: u64) -> Result<u64, BackingError>;
+
+    /// Backs the chunk at `addr` (inside the reservation, unmapped) with a
+    /// physical chunk (a spare one if any), readable and writable by the
+    /// device.
+    fn map(&mut self, addr: u64) -> Result<(), BackingError>;
+
+    /// Unmaps the chunk at `addr`; its physical chunk becomes a spare.
+    fn unmap(&mut self, addr: u64) -> Result<(), BackingError>;
+
+    /// Releases every spare physical chunk; returns how many.
+    fn release_spares(&mut self) -> Result<u64, BackingError>;
+
+    /// Unmaps whatever is mapped, releases every physical chunk and the
+    /// reservation (on drop of the region).
+    fn free_reservation(&mut self) -> Result<(), BackingError>;
+
+    /// Device memory free now, if known (for the headroom check).
+    fn free_device_memory(&self) -> Option<u64>;
+
+    /// The device's memory in bytes (the default reserve is twice this).
+    fn device_memory(&self) -> u64;
+
+    /// Calls made so far.
+    fn calls(&self) -> DriverCalls;
+}
