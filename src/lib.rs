@@ -1,4 +1,13 @@
-//! warpalloc
+//! warpalloc: `malloc`/`free` inside Rust GPU kernels.
+//!
+//! This crate is the launcher side: [`Heap`] (a device heap served by the
+//! RPC server and backed by CUDA virtual memory, or by its emulation in the
+//! simulator), the embedded PTX of the test and stress kernels ([`ptx`]), and
+//! the `warpalloc` command-line tool.
+
+pub mod heap;
+
+pub use heap::{Heap, HeapConfig, HeapStats, Mode, RpcCounts};
 
 /// The device code, built to PTX by `build.rs` (warpalloc-builder).
 pub mod ptx {

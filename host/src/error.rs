@@ -50,6 +50,23 @@ pub enum HostError {
     /// A simulator launch failed.
     #[error(transparent)]
     Simulator(#[from] SimError),
+    /// The heap's memory backing failed.
+    #[error("memory backing: {0}")]
+    Backing(#[from] crate::backing::BackingError),
+    /// The RPC server thread could not be started.
+    #[error("could not start the RPC server thread: {0}")]
+    Server(std::io::Error),
+    /// The module's `WARPALLOC_HEAP` has another layout than this program's
+    /// device heap: they were built from different warpalloc versions.
+    #[error(
+        "the module's WARPALLOC_HEAP is {found} bytes, this program's device heap {expected}:          rebuild the kernels with this warpalloc"
+    )]
+    HeapLayout {
+        /// Bytes in the module.
+        found: usize,
+        /// Bytes expected.
+        expected: usize,
+    },
 }
 
 impl HostError {

@@ -197,6 +197,104 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Copies `bytes` to device address `dst` and waits (only between
+    /// launches: a synchronous copy waits for running work).
+    pub fn write(&self, dst: sys::CUdeviceptr, bytes: &[u8]) -> Result<(), HostError> {
+        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
+        // SAFETY: `bytes` is a live slice; `dst` a device range of that size
+        // (the caller's: module globals and heap regions).
+        guarded("cuMemcpyHtoD", || unsafe {
+            sys::cuMemcpyHtoD_v2(dst, bytes.as_ptr().cast(), bytes.len()).result()
+        })
+    }
+
+    /// Copies `out.len()` bytes from device address `src` and waits (only
+    /// between launches).
+    pub fn read(&self, src: sys::CUdeviceptr, out: &mut [u8]) -> Result<(), HostError> {
+        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
+        // SAFETY: `out` is a live, writable slice; `src` a device range of
+        // that size.
+        guarded("cuMemcpyDtoH", || unsafe {
+            sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, out.len()).result()
+        })
+    }
+
+    /// `bytes` of zeroed pinned host memory the device addresses directly
+    /// (`cuMemHostAlloc` with DEVICEMAP | PORTABLE: not write-combined, so
+    /// the host can poll it).
+    pub fn pinned(&self, bytes: usize) -> Result<Pinned, HostError> {
+        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
+        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: a valid out-pointer; the size is the caller's.
+        guarded("cuMemHostAlloc", || unsafe {
+            sys::cuMemHostAlloc(&mut host, bytes, flags).result()
+        })?;
+        // SAFETY: `host` is `bytes` of fresh host memory we own.
+        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
+        let mut pinned = Pinned {
+            host: host.cast(),
+            device: 0,
+            bytes,
+            ctx: Arc::clone(&self.ctx),
+        };
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: `host` was allocated with DEVICEMAP; valid out-pointer.
+        guarded("cuMemHostGetDevicePointer", || unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0).result()
+        })?;
+        pinned.device = device;
+        Ok(pinned)
+    }
+}
+
+/// Pinned, device-mapped host memory; freed on drop (a failure is recorded
+/// in the context).
+pub struct Pinned {
+    host: *mut u8,
+    device: sys::CUdeviceptr,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: plain memory owned by this value; the pointers are usable from any
+// thread.
+unsafe impl Send for Pinned {}
+// SAFETY: as for Send; access goes through the raw pointers' users.
+unsafe impl Sync for Pinned {}
+
+impl Pinned {
+    /// The host's address.
+    pub fn host(&self) -> *mut u8 {
+        self.host
+    }
+
+    /// The device's address.
+    pub fn device(&self) -> u64 {
+        self.device
+    }
+
+    /// Its size.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        self.ctx.record_err(self.ctx.bind_to_thread());
+        // SAFETY: allocated by `cuMemHostAlloc`, freed once, here.
+        self.ctx
+            .record_err(unsafe { sys::cuMemFreeHost(self.host.cast()).result() });
+    }
+}
+
 /// A loaded PTX module; unloaded on drop (a failure is recorded in the
 /// context, see `CudaContext::check_err`).
 pub struct Module {

@@ -20,6 +20,7 @@ pub mod backing;
 mod error;
 pub mod gpu;
 mod launch;
+pub mod server;
 
 pub use error::HostError;
 pub use launch::{Buffer, LaunchReport, Launcher, Prefer, Target};

@@ -32,10 +32,8 @@ fn write_read(addr: u64, bytes: u64, seed: u8) {
     }
     for off in (0..bytes).step_by(4096) {
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { p.add(off as usize).read() },
-            seed ^ (off >> 12) as u8
-        );
+        let got = unsafe { p.add(off as usize).read() };
+        assert_eq!(got, seed ^ (off >> 12) as u8);
     }
 }
 

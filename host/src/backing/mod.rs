@@ -104,3 +104,30 @@ pub trait Backing: Send {
     /// Calls made so far.
     fn calls(&self) -> DriverCalls;
 }
+
+impl<B: Backing + ?Sized> Backing for Box<B> {
+    fn reserve(&mut self, bytes: u64) -> Result<u64, BackingError> {
+        (**self).reserve(bytes)
+    }
+    fn map(&mut self, addr: u64) -> Result<(), BackingError> {
+        (**self).map(addr)
+    }
+    fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
+        (**self).unmap(addr)
+    }
+    fn release_spares(&mut self) -> Result<u64, BackingError> {
+        (**self).release_spares()
+    }
+    fn free_reservation(&mut self) -> Result<(), BackingError> {
+        (**self).free_reservation()
+    }
+    fn free_device_memory(&self) -> Option<u64> {
+        (**self).free_device_memory()
+    }
+    fn device_memory(&self) -> u64 {
+        (**self).device_memory()
+    }
+    fn calls(&self) -> DriverCalls {
+        (**self).calls()
+    }
+}

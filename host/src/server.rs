@@ -1,0 +1,213 @@
+//! The RPC server: one thread per process that serves the mailbox of every
+//! live heap, on every device.
+//!
+//! ```text
+//!   Heap::new ── register(mailbox, handler) ──► SERVER ─ thread (started on
+//!   Heap::drop ─ Registration::drop ─────────►        first registration,
+//!                                                     joined after the last)
+//!   thread: sweep every port of every mailbox
+//!           ├─ work found: handle it, sweep again at once
+//!           └─ idle: spin SPIN sweeps, yield YIELDS times, then park for at
+//!                    most PARK (a launch unparks it), so an idle server costs
+//!                    no core and wakes within PARK.
+//! ```
+//!
+//! The deadlock rule: a kernel may be spinning on its mailbox while the
+//! handler runs, so handlers make no driver call that can wait for running
+//! work (no free, no synchronize, nothing on a kernel's stream). The heap's
+//! handler only maps memory (on demand) and keeps freed memory mapped.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{JoinHandle, Thread};
+use std::time::Duration;
+
+use warpalloc_device::rpc::wire::{LANE_WORDS, Port};
+
+/// Idle sweeps spent spinning before yielding.
+const SPIN: u32 = 64;
+/// Idle sweeps spent yielding before parking.
+const YIELDS: u32 = 64;
+/// The longest an idle server sleeps: its worst wake-up latency.
+pub const PARK: Duration = Duration::from_micros(200);
+
+/// What answers a mailbox's requests: `(opcode, args) -> reply` for one lane.
+pub type Handler = dyn Fn(u32, [u64; LANE_WORDS]) -> [u64; LANE_WORDS] + Send + Sync;
+
+/// One served mailbox.
+struct Served {
+    ports: *const Port,
+    count: u32,
+    handler: Arc<Handler>,
+    requests: AtomicU64,
+}
+
+// SAFETY: `ports` points to pinned (GPU) or heap-allocated (simulator) memory
+// that the registering heap keeps alive until its `Registration` is dropped,
+// which removes this entry first; ports are only touched through atomics.
+unsafe impl Send for Served {}
+// SAFETY: as for Send.
+unsafe impl Sync for Served {}
+
+struct State {
+    served: Vec<Arc<Served>>,
+    thread: Option<(JoinHandle<()>, Thread, Arc<AtomicBool>)>,
+    starts: u64,
+}
+
+static SERVER: Mutex<State> = Mutex::new(State {
+    served: Vec::new(),
+    thread: None,
+    starts: 0,
+});
+
+/// Bumped whenever the served list changes, so the thread refreshes its copy.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    SERVER.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A mailbox being served; dropping it stops serving it (and the thread,
+/// after the last one).
+pub struct Registration {
+    served: Arc<Served>,
+}
+
+impl Registration {
+    /// Requests this mailbox has had answered.
+    pub fn requests(&self) -> u64 {
+        self.served.requests.load(Ordering::Relaxed)
+    }
+}
+
+/// Serves `count` ports at `ports` with `handler`, starting the server thread
+/// if it is not running. Fails only if the thread cannot be spawned.
+///
+/// # Safety
+/// `ports` points to `count` ports that stay valid until the returned
+/// registration is dropped.
+pub unsafe fn register(
+    ports: *const Port,
+    count: u32,
+    handler: Arc<Handler>,
+) -> std::io::Result<Registration> {
+    let served = Arc::new(Served {
+        ports,
+        count,
+        handler,
+        requests: AtomicU64::new(0),
+    });
+    let mut st = state();
+    st.served.push(Arc::clone(&served));
+    GENERATION.fetch_add(1, Ordering::Release);
+    if st.thread.is_none() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::Builder::new()
+            .name("warpalloc-rpc".into())
+            .spawn(move || serve(&flag))?;
+        let thread = handle.thread().clone();
+        st.thread = Some((handle, thread, stop));
+        st.starts += 1;
+    } else if let Some((_, thread, _)) = &st.thread {
+        thread.unpark();
+    }
+    Ok(Registration { served })
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut st = state();
+        st.served.retain(|s| !Arc::ptr_eq(s, &self.served));
+        GENERATION.fetch_add(1, Ordering::Release);
+        let joined = if st.served.is_empty() {
+            st.thread.take()
+        } else {
+            if let Some((_, thread, _)) = &st.thread {
+                thread.unpark();
+            }
+            None
+        };
+        drop(st);
+        if let Some((handle, thread, stop)) = joined {
+            stop.store(true, Ordering::Release);
+            thread.unpark();
+            // The thread catches nothing and panics on nothing; a join error
+            // would only repeat a panic already printed.
+            let _ = handle.join();
+        }
+        // The thread may hold the old list for one more sweep: wait until it
+        // has dropped every reference to our entry, so our ports can go.
+        while Arc::strong_count(&self.served) > 1 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Wakes the server (a launch is about to start).
+pub fn wake() {
+    if let Some((_, thread, _)) = &state().thread {
+        thread.unpark();
+    }
+}
+
+/// Whether the server thread is running, and how often it was started.
+pub fn running() -> (bool, u64) {
+    let st = state();
+    (st.thread.is_some(), st.starts)
+}
+
+/// The server thread.
+fn serve(stop: &AtomicBool) {
+    let mut idle = 0u32;
+    let mut seen = u64::MAX;
+    let mut served: Vec<Arc<Served>> = Vec::new();
+    while !stop.load(Ordering::Acquire) {
+        let generation = GENERATION.load(Ordering::Acquire);
+        if generation != seen {
+            served = state().served.clone();
+            seen = generation;
+        }
+        let mut worked = false;
+        for mailbox in &served {
+            worked |= sweep(mailbox);
+        }
+        if worked {
+            idle = 0;
+        } else {
+            idle = idle.saturating_add(1);
+            if idle < SPIN {
+                std::hint::spin_loop();
+            } else if idle < SPIN + YIELDS {
+                std::thread::yield_now();
+            } else {
+                std::thread::park_timeout(PARK);
+            }
+        }
+    }
+}
+
+/// Answers every pending request of one mailbox; whether there was one.
+fn sweep(mailbox: &Served) -> bool {
+    let mut worked = false;
+    for i in 0..mailbox.count as usize {
+        // SAFETY: `i < count`, the registration's contract.
+        let port = unsafe { &*mailbox.ports.add(i) };
+        let Some(request) = warpalloc_device::rpc::poll(port) else {
+            continue;
+        };
+        worked = true;
+        let opcode = request.opcode();
+        let mut lanes = request.lane_mask();
+        while lanes != 0 {
+            let lane = lanes.trailing_zeros();
+            lanes &= lanes - 1;
+            let reply = (mailbox.handler)(opcode, request.args(lane));
+            request.reply(lane, reply);
+            mailbox.requests.fetch_add(1, Ordering::Relaxed);
+        }
+        request.finish();
+    }
+    worked
+}
