@@ -21,7 +21,8 @@ use warpalloc_host::{Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, fill};
 
 fn sim_heap(config: HeapConfig) -> Heap {
-    let launcher = Launcher::new(warpalloc::ptx::KERNELS_TESTS, Prefer::Simulator).expect("launcher");
+    let launcher =
+        Launcher::new(warpalloc::ptx::KERNELS_TESTS, Prefer::Simulator).expect("launcher");
     Heap::new(launcher, config).expect("heap")
 }
 
@@ -32,7 +33,10 @@ fn ping(client: &Client<'_>, n: u64) -> u64 {
 }
 
 fn rpc(c: &mut Criterion) {
-    let heap = sim_heap(HeapConfig { ports: Some(64), ..HeapConfig::default() });
+    let heap = sim_heap(HeapConfig {
+        ports: Some(64),
+        ..HeapConfig::default()
+    });
     let ports = heap.ports().cast_mut();
     let locks: Vec<AtomicU32> = (0..2).map(|_| AtomicU32::new(0)).collect();
     let mut group = c.benchmark_group("rpc");
@@ -44,7 +48,7 @@ fn rpc(c: &mut Criterion) {
         let mut n = 0;
         b.iter(|| {
             n += 1;
-            assert_eq!(ping(&client, n), n);
+            assert_eq!(ping(&client, n), !n);
         })
     });
     let per_thread = 2000u64;
@@ -60,7 +64,7 @@ fn rpc(c: &mut Criterion) {
                         let client = unsafe { Client::new(ports as *mut _, 64, locks) };
                         for i in 0..per_thread {
                             let n = t << 32 | i;
-                            assert_eq!(ping(&client, n), n);
+                            assert_eq!(ping(&client, n), !n);
                         }
                     });
                 }
@@ -80,7 +84,10 @@ fn first_touch(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let mut heap = sim_heap(HeapConfig { mode, ..HeapConfig::default() });
+                    let mut heap = sim_heap(HeapConfig {
+                        mode,
+                        ..HeapConfig::default()
+                    });
                     heap.launcher_mut().simulator_config().workers = 1;
                     let n = (blocks * threads) as usize;
                     let mut stats = vec![0u64; STATS_WORDS];

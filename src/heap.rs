@@ -201,7 +201,7 @@ fn handler(region: SharedRegion, counters: Arc<Counters>) -> Arc<server::Handler
             }
             Some(Opcode::Ping) => {
                 counters.pings.fetch_add(1, Ordering::Relaxed);
-                ret = args;
+                ret = args.map(|w| !w);
             }
             None => {
                 counters.unknown.fetch_add(1, Ordering::Relaxed);

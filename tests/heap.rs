@@ -281,3 +281,48 @@ fn injected_mapping_faults_give_nulls_and_leak_nothing() {
     heap.fail_every(0);
     assert_all_returned(&mut heap, "faults");
 }
+
+#[test]
+fn thousands_of_pings_from_many_warps_each_answered_once() {
+    use warpalloc_kernels_tests::rpc::rpc_ping;
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    // Fewer ports than warps: warps contend for ports.
+    for (seed, workers, ports) in [(7, 1, 16), (8, 2, 64)] {
+        let mut heap = heap(
+            HeapConfig {
+                ports: Some(ports),
+                ..HeapConfig::default()
+            },
+            seed,
+            workers,
+        );
+        let mut locks = vec![0u32; (ports as usize).div_ceil(32)];
+        let mut stats = vec![0u64; 2];
+        let (blocks, threads, rounds) = (16u32, 128u32, 3u32);
+        let mailbox = heap.ports().cast_mut();
+        launch(
+            &mut heap,
+            blocks,
+            threads,
+            rpc_ping::Args {
+                ports: mailbox,
+                port_count: ports,
+                locks: locks.as_mut_ptr(),
+                stats: stats.as_mut_ptr(),
+                rounds,
+            },
+        );
+        let calls = u64::from(blocks * threads * rounds);
+        assert_eq!(
+            stats,
+            [0, calls],
+            "seed {seed}: mismatched echoes or missing calls"
+        );
+        assert_eq!(
+            heap.stats().unwrap().rpc.pings,
+            calls,
+            "seed {seed}: requests lost or duplicated"
+        );
+        assert!(locks.iter().all(|&w| w == 0), "a port left locked");
+    }
+}

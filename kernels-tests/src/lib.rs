@@ -13,6 +13,7 @@ extern crate alloc;
 
 pub mod collections;
 pub mod demo;
+pub mod rpc;
 pub mod simt;
 pub mod stress;
 

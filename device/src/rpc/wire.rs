@@ -49,7 +49,9 @@ pub enum Opcode {
     Alloc = 1,
     /// Give back `args[0]`, `args[1]` bytes; the client does not wait.
     Free = 2,
-    /// Echo the arguments (round-trip measurements, tests).
+    /// Answer each argument word's bitwise complement (round-trip
+    /// measurements, tests: an unanswered call cannot pass for an answered
+    /// one, as a plain echo could).
     Ping = 3,
 }
 

@@ -1,0 +1,43 @@
+//! RPC kernels: lanes of many warps calling the host through the mailbox
+//! directly (not through the allocator), to test the channel itself at scale.
+
+use warpalloc_device::kernel;
+use warpalloc_device::rpc::Client;
+use warpalloc_device::rpc::wire::{LANE_WORDS, Opcode, Port};
+use warpalloc_device::simt;
+use warpalloc_device::sync::{AtomicU32, AtomicU64};
+
+kernel! {
+    /// Each thread makes `rounds` PING calls with payloads unique to it and
+    /// the round, checks every answered word (the complement), and counts mismatches in
+    /// `stats[0]` and calls in `stats[1]`. `locks` holds one bit per port
+    /// (`ports.div_ceil(32)` words).
+    pub fn rpc_ping(ports: *mut Port, port_count: u32, locks: *mut u32, stats: *mut u64, rounds: u32) {
+        let words = port_count.div_ceil(32) as usize;
+        // SAFETY: the host gave `words` lock words, used only atomically, and
+        // `stats` two words.
+        let (locks, bad, calls) = unsafe {
+            (
+                core::slice::from_raw_parts(locks as *const AtomicU32, words),
+                AtomicU64::from_ptr(stats),
+                AtomicU64::from_ptr(stats.wrapping_add(1)),
+            )
+        };
+        // SAFETY: `port_count` ports served by the host's server for the
+        // whole launch, locked only through `locks`.
+        let client = unsafe { Client::new(ports, port_count, locks) };
+        let me = simt::global_thread_id();
+        for round in 0..u64::from(rounds) {
+            let mut args = [0u64; LANE_WORDS];
+            for (i, a) in args.iter_mut().enumerate() {
+                *a = (me << 24) ^ (round << 8) ^ i as u64;
+            }
+            let lane_mask = simt::activemask();
+            let reply = client.call(lane_mask, Opcode::Ping, args);
+            if reply != args.map(|w| !w) {
+                bad.fetch_add(1);
+            }
+            calls.fetch_add(1);
+        }
+    }
+}
