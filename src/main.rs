@@ -1,12 +1,17 @@
 //! `warpalloc`: the command-line front end. Runs on the GPU when one is
 //! usable and in the CPU warp simulator otherwise, and says which.
 
+mod cli;
+
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use cli::bench::{self, BenchArgs};
+use cli::common::{Schedule, heap_config, multiprocessors, open_heap};
+use cli::stress::{self, KERNELS, StressArgs};
 use warpalloc::ptx;
+use warpalloc_host::backing::CudaVmm;
 use warpalloc_host::{HostError, Launcher, Prefer, Target, gpu};
-use warpalloc_kernels_tests::demo::warp_tickets;
 use warpalloc_sim::Convergence;
 
 #[derive(Parser)]
@@ -32,8 +37,98 @@ enum ConvergenceArg {
     Random,
 }
 
+/// The simulator's schedule (ignored on a GPU).
+#[derive(Args, Clone, Copy)]
+struct ScheduleArgs {
+    /// Simulator seed (a run replays exactly with --workers 1).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Simulator worker threads (default: the machine's cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Simulator convergence: `converged` warps (lockstep, like a GPU under
+    /// a uniform load) or `random` subsets at every activemask.
+    #[arg(long, value_enum, default_value_t = ConvergenceArg::Converged)]
+    convergence: ConvergenceArg,
+}
+
+impl ScheduleArgs {
+    fn schedule(self) -> Schedule {
+        Schedule {
+            seed: self.seed,
+            workers: self
+                .workers
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            convergence: match self.convergence {
+                ConvergenceArg::Converged => Convergence::Converged,
+                ConvergenceArg::Random => Convergence::Random,
+            },
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Run the stress kernels and check them: no corruption, no overlap, no
+    /// lost memory. Exits non-zero on any failure.
+    Stress {
+        /// Kernels to run (default: all).
+        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(KERNELS))]
+        kernels: Vec<String>,
+        /// Blocks (default: 16 in the simulator, 8 per SM on a GPU).
+        #[arg(long)]
+        blocks: Option<u32>,
+        /// Threads per block.
+        #[arg(long, default_value_t = 128)]
+        threads: u32,
+        /// Allocation rounds per thread.
+        #[arg(long, default_value_t = 10)]
+        iterations: u32,
+        /// Largest small request (bytes; sizes are log-uniform from 16).
+        #[arg(long, default_value_t = 4096)]
+        max_size: u32,
+        /// One allocation in this many is a large block of 1-3 MiB (0: none).
+        #[arg(long, default_value_t = 64)]
+        large_one_in: u32,
+        /// Pool mode with this many slabs mapped before launch (default: RPC
+        /// mode, slabs mapped on demand).
+        #[arg(long)]
+        pool_slabs: Option<u32>,
+        /// Cap the heap's mapped memory (bytes).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Plant a stray write in one block in N of the `lifetimes` kernel, to
+        /// see the run fail (0: never).
+        #[arg(long, default_value_t = 0)]
+        plant_corruption: u32,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        schedule: ScheduleArgs,
+    },
+    /// Measure malloc+free pairs per second by size and thread count, mixed
+    /// sizes, fragmentation and out-of-memory behaviour, RPC vs pool.
+    Bench {
+        /// Request sizes (bytes).
+        #[arg(long, value_delimiter = ',', default_values_t = [4u32, 64, 1024, 8192])]
+        sizes: Vec<u32>,
+        /// Thread counts (default: 1024,4096 in the simulator;
+        /// 10240,102400,1048576 on a GPU).
+        #[arg(long, value_delimiter = ',')]
+        threads: Vec<u32>,
+        /// malloc+free rounds per thread.
+        #[arg(long, default_value_t = 4)]
+        rounds: u32,
+        /// Threads per block.
+        #[arg(long, default_value_t = 256)]
+        block: u32,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        schedule: ScheduleArgs,
+    },
     /// Launch the demo kernel (warp-aggregated tickets) and check its result.
     Demo {
         /// Blocks in the grid.
@@ -42,18 +137,10 @@ enum Command {
         /// Threads per block (need not be a multiple of 32).
         #[arg(long, default_value_t = 96)]
         threads: u32,
-        /// Simulator seed (the run replays exactly with --workers 1).
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Simulator worker threads (default: the machine's cores).
-        #[arg(long)]
-        workers: Option<usize>,
-        /// Simulator convergence: `converged` warps (lockstep, like a GPU
-        /// under a uniform load) or `random` subsets at every activemask.
-        #[arg(long, value_enum, default_value_t = ConvergenceArg::Converged)]
-        convergence: ConvergenceArg,
+        #[command(flatten)]
+        schedule: ScheduleArgs,
     },
-    /// Describe the GPU (if any) and the embedded PTX.
+    /// Describe the GPU (if any), its VMM support, and the embedded PTX.
     Info,
 }
 
@@ -67,13 +154,90 @@ fn main() -> ExitCode {
         Prefer::Auto
     };
     let result = match cli.command {
+        Command::Stress {
+            kernels,
+            blocks,
+            threads,
+            iterations,
+            max_size,
+            large_one_in,
+            pool_slabs,
+            limit,
+            plant_corruption,
+            json,
+            schedule,
+        } => (|| {
+            let mut heap = open_heap(prefer, heap_config(pool_slabs, limit), schedule.schedule())?;
+            let sms = multiprocessors(&heap);
+            let args = StressArgs {
+                kernels: if kernels.is_empty() {
+                    KERNELS.iter().map(|k| k.to_string()).collect()
+                } else {
+                    kernels
+                },
+                blocks: blocks.unwrap_or(if sms == 0 { 16 } else { 8 * sms }),
+                threads,
+                iterations,
+                max_size,
+                large_one_in,
+                seed: schedule.seed as u32,
+                plant_corruption,
+            };
+            let report = stress::stress(&mut heap, &args, !json)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                );
+            } else {
+                stress::print(&report, &heap);
+            }
+            Ok(if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        })(),
+        Command::Bench {
+            sizes,
+            threads,
+            rounds,
+            block,
+            json,
+            schedule,
+        } => (|| {
+            let on_gpu = !cli.simulator && gpu::driver_present() && gpu::Gpu::open(0).is_ok();
+            let threads = if threads.is_empty() {
+                if on_gpu {
+                    vec![10_240, 102_400, 1_048_576]
+                } else {
+                    vec![1024, 4096]
+                }
+            } else {
+                threads
+            };
+            let args = BenchArgs {
+                sizes,
+                threads,
+                rounds,
+                block,
+            };
+            let report = bench::bench(prefer, schedule.schedule(), &args)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                );
+            } else {
+                bench::print(&report);
+            }
+            Ok(ExitCode::SUCCESS)
+        })(),
         Command::Demo {
             blocks,
             threads,
-            seed,
-            workers,
-            convergence,
-        } => demo(prefer, blocks, threads, seed, workers, convergence),
+            schedule,
+        } => cli::demo::demo(prefer, blocks, threads, schedule.schedule()),
         Command::Info => info(),
     };
     match result {
@@ -83,99 +247,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn demo(
-    prefer: Prefer,
-    blocks: u32,
-    threads: u32,
-    seed: u64,
-    workers: Option<usize>,
-    convergence: ConvergenceArg,
-) -> Result<ExitCode, HostError> {
-    let mut launcher = Launcher::new(ptx::KERNELS_TESTS, prefer)?;
-    let workers =
-        workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let cfg = launcher.simulator_config();
-    cfg.seed = seed;
-    cfg.workers = workers.max(1);
-    cfg.convergence = match convergence {
-        ConvergenceArg::Converged => Convergence::Converged,
-        ConvergenceArg::Random => Convergence::Random,
-    };
-    let total = u64::from(blocks) * u64::from(threads);
-    let Ok(total_words) = usize::try_from(total) else {
-        eprintln!("warpalloc: {blocks} × {threads} threads do not fit this machine's memory");
-        return Ok(ExitCode::FAILURE);
-    };
-    println!(
-        "warpalloc demo: warp-aggregated tickets (activemask, leader, one atomic per group, shfl)"
-    );
-    println!("  target : {}", launcher.target());
-    if !launcher.on_gpu() {
-        let policy = match convergence {
-            ConvergenceArg::Converged => "converged warps",
-            ConvergenceArg::Random => "random activemask subsets",
-        };
-        let replay = if workers == 1 { ", replayable" } else { "" };
-        println!("  schedule: seed {seed:#x}, {workers} worker(s), {policy}{replay}");
-    }
-    println!("  grid   : {blocks} blocks × {threads} threads = {total} threads");
-    let mut counter = launcher.alloc_zeroed::<u32>(1)?;
-    let mut groups = launcher.alloc_zeroed::<u32>(1)?;
-    let mut out = launcher.alloc_zeroed::<u32>(total_words)?;
-    let args = warp_tickets::Args {
-        counter: counter.kernel_ptr(),
-        groups: groups.kernel_ptr(),
-        out: out.kernel_ptr(),
-    };
-    // SAFETY: `counter` and `groups` are one word each and `out` one word per
-    // thread of the grid, all alive until the launch has finished.
-    let report = unsafe { launcher.launch((blocks, 1, 1), (threads, 1, 1), args) }?;
-    let tickets = launcher.read(&out)?;
-    let counter = launcher.read(&counter)?[0];
-    let groups = launcher.read(&groups)?[0];
-
-    let mut seen = vec![false; tickets.len()];
-    let mut bad = 0u64;
-    for &t in &tickets {
-        match seen.get_mut(t as usize) {
-            Some(s) if !*s => *s = true,
-            _ => bad += 1,
-        }
-    }
-    let ok = bad == 0 && u64::from(counter) == total;
-    println!(
-        "  tickets: {} distinct of {total}, counter = {counter}{}",
-        total - bad,
-        if ok {
-            "  ✓ every thread got a unique ticket"
-        } else {
-            "  ✗ WRONG"
-        }
-    );
-    println!(
-        "  atomics: {groups} fetch_add for {total} threads ({:.1} threads per atomic)",
-        total as f64 / f64::from(groups.max(1))
-    );
-    match report.simulator {
-        Some(stats) => println!(
-            "  time   : {:.1} ms ({} warps, {} scheduling steps, {} collective arrivals)",
-            report.elapsed.as_secs_f64() * 1e3,
-            stats.warps,
-            stats.steps,
-            stats.collectives
-        ),
-        None => println!(
-            "  time   : {:.3} ms (launch to completion)",
-            report.elapsed.as_secs_f64() * 1e3
-        ),
-    }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }
 
 fn info() -> Result<ExitCode, HostError> {
@@ -194,15 +265,18 @@ fn info() -> Result<ExitCode, HostError> {
             if let Target::Gpu { gpu, .. } = launcher.target() {
                 let i = gpu.info();
                 println!("GPU: {}", launcher.target());
-                println!("  resident warps: {}", i.resident_warps());
                 println!(
-                    "  virtual memory management: {}",
-                    if i.vmm_supported {
-                        "supported"
-                    } else {
-                        "NOT supported"
-                    }
+                    "  resident warps: {} (RPC ports: {})",
+                    i.resident_warps(),
+                    warpalloc_device::rpc::wire::port_count_for(i.resident_warps())
                 );
+                match CudaVmm::new(std::sync::Arc::clone(gpu.context())) {
+                    Ok(vmm) => println!(
+                        "  virtual memory management: supported, granularity {} bytes",
+                        vmm.granularity()
+                    ),
+                    Err(e) => println!("  virtual memory management: {e}"),
+                }
             }
         }
         Err(e) => println!("GPU: none ({e})"),

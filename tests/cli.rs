@@ -61,3 +61,77 @@ fn info_names_the_embedded_ptx() {
     assert!(text.contains("embedded PTX: sm_75"), "{text}");
     assert!(text.contains("warp_tickets"), "{text}");
 }
+
+#[test]
+fn stress_in_the_simulator_reports_ok() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--blocks",
+        "4",
+        "--threads",
+        "64",
+        "--iterations",
+        "4",
+        "--workers",
+        "1",
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains("CPU warp simulator"), "{text}");
+    for kernel in [
+        "churn",
+        "sweep",
+        "aligned",
+        "fill",
+        "lifetimes",
+        "collections",
+        "resize",
+    ] {
+        assert!(text.contains(kernel), "{kernel} missing: {text}");
+    }
+    assert!(text.contains("stress: OK"), "{text}");
+}
+
+#[test]
+fn stress_fails_loudly_on_a_planted_corruption() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "lifetimes",
+        "--blocks",
+        "2",
+        "--threads",
+        "64",
+        "--iterations",
+        "4",
+        "--plant-corruption",
+        "20",
+    ]);
+    assert!(!ok, "a corrupted run exited 0: {text}");
+    assert!(
+        text.contains("FAIL: ") && text.contains("failed their pattern check"),
+        "{text}"
+    );
+    assert!(text.contains("stress: FAILED"), "{text}");
+}
+
+#[test]
+fn stress_json_is_machine_readable() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "churn",
+        "--blocks",
+        "2",
+        "--threads",
+        "64",
+        "--json",
+    ]);
+    assert!(ok, "{text}");
+    assert!(
+        text.trim_start().starts_with('{') && text.contains("\"ok\": true"),
+        "{text}"
+    );
+}

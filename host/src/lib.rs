@@ -22,5 +22,6 @@ pub mod gpu;
 mod launch;
 pub mod server;
 
+pub use cudarc;
 pub use error::HostError;
 pub use launch::{Buffer, LaunchReport, Launcher, Prefer, Target};

@@ -569,3 +569,101 @@ kernel! {
         count(stats, 1, 1);
     }
 }
+
+/// Long-lived blocks a thread of [`lifetimes`] keeps.
+pub const LONG_LIVED: usize = 8;
+
+kernel! {
+    /// Long-lived / short-lived mix: each thread allocates `iterations`
+    /// blocks (sizes from [`churn_size`], no large ones); one in
+    /// `keep_one_in` lives until the end of the kernel (up to
+    /// [`LONG_LIVED`] at a time, the oldest freed to make room), the others
+    /// are checked and freed at once, so short-lived blocks churn around
+    /// long-lived ones in the same slabs.
+    ///
+    /// `corrupt_one_in` (0: never) plants a stray write: one in that many
+    /// blocks gets a byte changed after its pattern is written, as a bug in
+    /// the allocator (an overlap) or in a kernel would. The check at free
+    /// must see it: that is how `warpalloc stress` shows it fails loudly.
+    pub fn lifetimes(
+        stats: *mut u64,
+        seed: u32,
+        iterations: u32,
+        max_small: u32,
+        keep_one_in: u32,
+        corrupt_one_in: u32,
+    ) {
+        let me = simt::global_thread_id() as u32;
+        let mut rng = Rng::new(seed, me);
+        let mut kept = [(core::ptr::null_mut::<u8>(), 0usize, 0u32); LONG_LIVED];
+        let mut oldest = 0;
+        for seq in 0..iterations {
+            let size = churn_size(&mut rng, max_small, 0);
+            let p = malloc(size);
+            if p.is_null() {
+                count(stats, 2, 1);
+                continue;
+            }
+            count(stats, 0, 1);
+            count(stats, 5, size as u64);
+            // SAFETY: a fresh block of `size` bytes, ours.
+            unsafe { write_pattern(p, size, me, seq) };
+            if corrupt_one_in != 0 && rng.below(corrupt_one_in) == 0 {
+                // SAFETY: inside our own block (size ≥ 16).
+                unsafe { *p.add(size / 2) ^= 0x5a };
+            }
+            if keep_one_in != 0 && rng.below(keep_one_in) == 0 {
+                let (old, n, s) = kept[oldest % LONG_LIVED];
+                kept[oldest % LONG_LIVED] = (p, size, seq);
+                oldest += 1;
+                if !old.is_null() {
+                    // SAFETY: our own long-lived block.
+                    unsafe { check_and_free(stats, old, n, me, s) };
+                }
+            } else {
+                // SAFETY: ours, just written.
+                unsafe { check_and_free(stats, p, size, me, seq) };
+            }
+        }
+        for (p, n, s) in kept {
+            if !p.is_null() {
+                // SAFETY: our own block.
+                unsafe { check_and_free(stats, p, n, me, s) };
+            }
+        }
+    }
+}
+
+kernel! {
+    /// The published GPU-allocator benchmark's basic case: each thread
+    /// allocates `size` bytes, writes a word, frees it, `rounds` times.
+    /// `stats[0]` counts allocations, `stats[2]` nulls, `stats[3]` words
+    /// that did not read back.
+    pub fn alloc_free(stats: *mut u64, size: u32, rounds: u32) {
+        let me = simt::global_thread_id() as u32;
+        let mut ok = 0u64;
+        let mut nulls = 0u64;
+        let mut bad = 0u64;
+        for r in 0..rounds {
+            let p = malloc(size as usize) as *mut u32;
+            if p.is_null() {
+                nulls += 1;
+                continue;
+            }
+            let word = me ^ r.wrapping_mul(0x9e37_79b9);
+            // SAFETY: at least 4 bytes (every chunk is ≥ 16), ours.
+            unsafe {
+                p.write_volatile(word);
+                if p.read_volatile() != word {
+                    bad += 1;
+                }
+                free(p.cast());
+            }
+            ok += 1;
+        }
+        count(stats, 0, ok);
+        count(stats, 1, ok);
+        count(stats, 2, nulls);
+        count(stats, 3, bad);
+    }
+}

@@ -8,7 +8,8 @@
 //! - `cargo xtask ci`: what CI runs — the same as `test`, after printing the
 //!   toolchain's versions.
 //! - `cargo xtask run [ARGS]`: set-up, then `cargo run --release -p warpalloc --
-//!   ARGS` (default `demo`).
+//!   ARGS` (default `stress`: the stress kernels, checked, on the GPU or the
+//!   simulator).
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -73,7 +74,7 @@ enum Cmd {
     Test,
     /// What CI runs: `test`, after printing the toolchain's versions.
     Ci,
-    /// Set up, then run the warpalloc CLI in release mode (default: `demo`).
+    /// Set up, then run the warpalloc CLI in release mode (default: `stress`).
     Run {
         /// Arguments for the warpalloc CLI.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -176,7 +177,7 @@ fn test(steps: &mut Steps) -> Result<()> {
 fn run(steps: &mut Steps, mut args: Vec<String>) -> Result<()> {
     steps.run("setup", setup)?;
     if args.is_empty() {
-        args.push("demo".to_owned());
+        args.push("stress".to_owned());
     }
     steps.run("run", || {
         let mut cmd = cargo(&["run", "--release", "-p", "warpalloc", "--"]);

@@ -18,6 +18,7 @@ pub struct CudaVmm {
     ctx: Arc<CudaContext>,
     device: i32,
     device_memory: u64,
+    granularity: u64,
     reservation: Option<(u64, u64)>,
     mapped: HashMap<u64, sys::CUmemGenericAllocationHandle>,
     spares: Vec<sys::CUmemGenericAllocationHandle>,
@@ -74,10 +75,11 @@ impl CudaVmm {
             call: "cuDeviceTotalMem",
             message: e.to_string(),
         })? as u64;
-        let vmm = CudaVmm {
+        let mut vmm = CudaVmm {
             ctx,
             device,
             device_memory,
+            granularity: 0,
             reservation: None,
             mapped: HashMap::new(),
             spares: Vec::new(),
@@ -98,7 +100,13 @@ impl CudaVmm {
                 "allocation granularity {granularity} does not divide the 2 MiB chunk"
             )));
         }
+        vmm.granularity = granularity as u64;
         Ok(vmm)
+    }
+
+    /// The device's minimum allocation granularity (bytes).
+    pub fn granularity(&self) -> u64 {
+        self.granularity
     }
 
     fn prop(&self) -> sys::CUmemAllocationProp {

@@ -1,0 +1,336 @@
+//! `warpalloc bench`: the cases of the published GPU-allocator benchmarks —
+//! per-thread allocate-then-free by size and thread count (cold: a fresh
+//! heap's first launch; warm: the next), mixed sizes, fragmentation (peak
+//! mapped ÷ peak requested), out-of-memory behaviour, and RPC vs pool mode.
+
+use serde::Serialize;
+use warpalloc::{Heap, HeapConfig, Mode};
+use warpalloc_host::{HostError, Prefer};
+use warpalloc_kernels_tests::stress::{alloc_free, drain, fill, lifetimes};
+
+use super::common::{
+    Schedule, buffer, bytes, launch, mode_name, open_heap, rate, read_stats, target_name,
+};
+
+/// What `bench` measures.
+#[derive(Clone, Debug)]
+pub struct BenchArgs {
+    pub sizes: Vec<u32>,
+    pub threads: Vec<u32>,
+    pub rounds: u32,
+    pub block: u32,
+}
+
+/// One measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub case: String,
+    pub mode: String,
+    pub threads: u64,
+    pub size: String,
+    /// malloc+free pairs per second, cold (a fresh heap's first launch).
+    pub cold_pairs_per_second: f64,
+    /// malloc+free pairs per second, warm (the same launch again).
+    pub warm_pairs_per_second: f64,
+    pub nulls: u64,
+    pub peak_mapped_bytes: u64,
+    /// Peak mapped ÷ peak requested (fragmentation cases).
+    pub mapped_per_requested: Option<f64>,
+    pub note: String,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    pub target: String,
+    pub rows: Vec<Row>,
+}
+
+fn pairs_per_second(pairs: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        pairs as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+fn alloc_free_case(
+    prefer: Prefer,
+    schedule: Schedule,
+    config: HeapConfig,
+    threads: u32,
+    block: u32,
+    size: u32,
+    rounds: u32,
+) -> Result<Row, HostError> {
+    let mut heap = open_heap(prefer, config, schedule)?;
+    let blocks = threads.div_ceil(block);
+    let mut times = [0.0f64; 2];
+    let mut nulls = 0;
+    let mut pairs = 0;
+    for t in &mut times {
+        let mut stats = buffer::<u64>(&heap, 8)?;
+        let elapsed = launch(
+            &mut heap,
+            blocks,
+            block,
+            alloc_free::Args {
+                stats: stats.kernel_ptr(),
+                size,
+                rounds,
+            },
+        )?;
+        let s = read_stats(&heap, &stats)?;
+        if s.corrupt != 0 {
+            return Err(HostError::InvalidPtx(format!(
+                "alloc_free read back {} wrong words",
+                s.corrupt
+            )));
+        }
+        nulls += s.nulls;
+        pairs = s.allocs;
+        *t = elapsed.as_secs_f64();
+    }
+    let st = heap.stats()?;
+    Ok(Row {
+        case: "alloc_free".into(),
+        mode: mode_name(heap.mode()),
+        threads: u64::from(blocks * block),
+        size: bytes(u64::from(size)),
+        cold_pairs_per_second: pairs_per_second(pairs, times[0]),
+        warm_pairs_per_second: pairs_per_second(pairs, times[1]),
+        nulls,
+        peak_mapped_bytes: st.region.peak_mapped_bytes,
+        mapped_per_requested: None,
+        note: String::new(),
+    })
+}
+
+fn mixed_case(
+    prefer: Prefer,
+    schedule: Schedule,
+    threads: u32,
+    block: u32,
+    rounds: u32,
+) -> Result<Row, HostError> {
+    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+    let blocks = threads.div_ceil(block);
+    let mut times = [0.0f64; 2];
+    let mut pairs = 0;
+    let mut nulls = 0;
+    for t in &mut times {
+        let mut stats = buffer::<u64>(&heap, 8)?;
+        let elapsed = launch(
+            &mut heap,
+            blocks,
+            block,
+            lifetimes::Args {
+                stats: stats.kernel_ptr(),
+                seed: 1,
+                iterations: rounds,
+                max_small: 8192,
+                keep_one_in: 0,
+                corrupt_one_in: 0,
+            },
+        )?;
+        let s = read_stats(&heap, &stats)?;
+        if s.corrupt != 0 {
+            return Err(HostError::InvalidPtx(format!(
+                "mixed sizes: {} corrupt blocks",
+                s.corrupt
+            )));
+        }
+        pairs = s.allocs;
+        nulls += s.nulls;
+        *t = elapsed.as_secs_f64();
+    }
+    Ok(Row {
+        case: "mixed 16 B-8 KiB".into(),
+        mode: mode_name(heap.mode()),
+        threads: u64::from(blocks * block),
+        size: "16 B-8 KiB".into(),
+        cold_pairs_per_second: pairs_per_second(pairs, times[0]),
+        warm_pairs_per_second: pairs_per_second(pairs, times[1]),
+        nulls,
+        peak_mapped_bytes: heap.stats()?.region.peak_mapped_bytes,
+        mapped_per_requested: None,
+        note: "pattern written and checked per block".into(),
+    })
+}
+
+/// Fills with `per_thread` mixed-size blocks per thread (or until null under
+/// `limit`), then frees them; peak mapped ÷ bytes requested at the peak.
+fn fill_case(
+    prefer: Prefer,
+    schedule: Schedule,
+    threads: u32,
+    block: u32,
+    per_thread: u32,
+    limit: Option<u64>,
+) -> Result<Row, HostError> {
+    let mut heap: Heap = open_heap(
+        prefer,
+        HeapConfig {
+            limit,
+            ..HeapConfig::default()
+        },
+        schedule,
+    )?;
+    let blocks = threads.div_ceil(block);
+    let n = (blocks * block) as usize;
+    let mut stats = buffer::<u64>(&heap, 8)?;
+    let mut ptrs = buffer::<u64>(&heap, n * per_thread as usize)?;
+    let mut sizes = buffer::<u32>(&heap, n * per_thread as usize)?;
+    let mut counts = buffer::<u32>(&heap, n)?;
+    let elapsed = launch(
+        &mut heap,
+        blocks,
+        block,
+        fill::Args {
+            stats: stats.kernel_ptr(),
+            ptrs: ptrs.kernel_ptr(),
+            sizes: sizes.kernel_ptr(),
+            counts: counts.kernel_ptr(),
+            per_thread,
+            seed: 3,
+            max_small: 8192,
+        },
+    )?;
+    let requested: u64 = {
+        let (s, c) = (
+            heap.launcher().read(&sizes)?,
+            heap.launcher().read(&counts)?,
+        );
+        c.iter()
+            .enumerate()
+            .map(|(t, &k)| {
+                (0..k as usize)
+                    .map(|j| u64::from(s[t * per_thread as usize + j]))
+                    .sum::<u64>()
+            })
+            .sum()
+    };
+    launch(
+        &mut heap,
+        blocks,
+        block,
+        drain::Args {
+            stats: stats.kernel_ptr(),
+            ptrs: ptrs.kernel_ptr(),
+            sizes: sizes.kernel_ptr(),
+            counts: counts.kernel_ptr(),
+            per_thread,
+            shift: n as u32 / 2 + 1,
+        },
+    )?;
+    let s = read_stats(&heap, &stats)?;
+    let st = heap.stats()?;
+    if s.corrupt != 0 || s.allocs != s.frees {
+        return Err(HostError::InvalidPtx(format!("fill: {s:?}")));
+    }
+    let oom = limit.is_some();
+    Ok(Row {
+        case: if oom {
+            "out of memory".into()
+        } else {
+            "fragmentation".into()
+        },
+        mode: mode_name(heap.mode()),
+        threads: n as u64,
+        size: "16 B-8 KiB".into(),
+        cold_pairs_per_second: pairs_per_second(s.allocs, elapsed.as_secs_f64()),
+        warm_pairs_per_second: 0.0,
+        nulls: s.nulls,
+        peak_mapped_bytes: st.region.peak_mapped_bytes,
+        mapped_per_requested: (requested > 0)
+            .then(|| st.region.peak_mapped_bytes as f64 / requested as f64),
+        note: if oom {
+            format!(
+                "limit {}: {} nulls, {} refusals, no crash; every block freed",
+                bytes(limit.unwrap_or(0)),
+                s.nulls,
+                st.region.refusals.iter().sum::<u64>()
+            )
+        } else {
+            format!("{} requested at the peak", bytes(requested))
+        },
+    })
+}
+
+/// Runs every case.
+pub fn bench(prefer: Prefer, schedule: Schedule, a: &BenchArgs) -> Result<BenchReport, HostError> {
+    let mut rows = Vec::new();
+    let probe = open_heap(prefer, HeapConfig::default(), schedule)?;
+    let target = target_name(&probe);
+    drop(probe);
+    for &threads in &a.threads {
+        for &size in &a.sizes {
+            rows.push(alloc_free_case(
+                prefer,
+                schedule,
+                HeapConfig::default(),
+                threads,
+                a.block,
+                size,
+                a.rounds,
+            )?);
+        }
+    }
+    let most = a.threads.iter().copied().max().unwrap_or(1024);
+    let size = a.sizes.iter().copied().min().unwrap_or(16);
+    let pool = HeapConfig {
+        mode: Mode::Pool { slabs: 64 },
+        ..HeapConfig::default()
+    };
+    let mut row = alloc_free_case(prefer, schedule, pool, most, a.block, size, a.rounds)?;
+    row.note = "pool: 64 slabs mapped before launch".into();
+    rows.push(row);
+    rows.push(mixed_case(prefer, schedule, most, a.block, a.rounds)?);
+    rows.push(fill_case(prefer, schedule, most, a.block, 8, None)?);
+    rows.push(fill_case(
+        prefer,
+        schedule,
+        most,
+        a.block,
+        64,
+        Some(64 << 20),
+    )?);
+    Ok(BenchReport { target, rows })
+}
+
+/// Prints a report as a table.
+pub fn print(report: &BenchReport) {
+    println!("warpalloc bench — {}", report.target);
+    println!(
+        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9}  note",
+        "case",
+        "mode",
+        "threads",
+        "size",
+        "cold pairs",
+        "warm pairs",
+        "nulls",
+        "peak map",
+        "map/req"
+    );
+    for r in &report.rows {
+        println!(
+            "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9}  {}",
+            r.case,
+            r.mode,
+            r.threads,
+            r.size,
+            rate(r.cold_pairs_per_second),
+            if r.warm_pairs_per_second > 0.0 {
+                rate(r.warm_pairs_per_second)
+            } else {
+                "-".into()
+            },
+            r.nulls,
+            bytes(r.peak_mapped_bytes),
+            r.mapped_per_requested
+                .map_or("-".into(), |m| format!("{m:.2}")),
+            r.note
+        );
+    }
+}

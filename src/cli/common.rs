@@ -1,0 +1,133 @@
+//! What the subcommands share: opening a heap on the GPU or the simulator,
+//! device buffers, running one kernel and reading its counters.
+
+use std::time::Duration;
+
+use warpalloc::{Heap, HeapConfig, Mode};
+use warpalloc_device::kernel::Kernel;
+use warpalloc_host::{Buffer, HostError, Launcher, Prefer, Target};
+use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats};
+use warpalloc_sim::Convergence;
+
+/// The simulator's schedule for a run.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    pub seed: u64,
+    pub workers: usize,
+    pub convergence: Convergence,
+}
+
+/// Opens a heap where `prefer` says, with the simulator's `schedule`.
+pub fn open_heap(
+    prefer: Prefer,
+    config: HeapConfig,
+    schedule: Schedule,
+) -> Result<Heap, HostError> {
+    let mut launcher = Launcher::new(warpalloc::ptx::KERNELS_TESTS, prefer)?;
+    let cfg = launcher.simulator_config();
+    cfg.seed = schedule.seed;
+    cfg.workers = schedule.workers.max(1);
+    cfg.convergence = schedule.convergence;
+    Heap::new(launcher, config)
+}
+
+/// Where the heap's kernels run, in words.
+pub fn target_name(heap: &Heap) -> String {
+    heap.launcher().target().to_string()
+}
+
+/// Whether the heap runs on a GPU.
+pub fn on_gpu(heap: &Heap) -> bool {
+    matches!(heap.launcher().target(), Target::Gpu { .. })
+}
+
+/// The number of streaming multiprocessors (0 in the simulator).
+pub fn multiprocessors(heap: &Heap) -> u32 {
+    match heap.launcher().target() {
+        Target::Gpu { gpu, .. } => gpu.info().multiprocessors.max(0) as u32,
+        Target::Simulator { .. } => 0,
+    }
+}
+
+/// A zeroed buffer of `n` elements where the heap's kernels can reach it.
+pub fn buffer<T>(heap: &Heap, n: usize) -> Result<Buffer<T>, HostError>
+where
+    T: warpalloc_host::cudarc::driver::DeviceRepr
+        + warpalloc_host::cudarc::driver::ValidAsZeroBits
+        + Copy
+        + Default,
+{
+    heap.launcher().alloc_zeroed(n.max(1))
+}
+
+/// Launches `args` and returns the kernel's wall time.
+pub fn launch<K: Kernel>(
+    heap: &mut Heap,
+    blocks: u32,
+    threads: u32,
+    args: K,
+) -> Result<Duration, HostError> {
+    // SAFETY: every caller builds `args` from buffers of this module, sized
+    // for the grid, alive until this returns.
+    let report = unsafe { heap.launch((blocks, 1, 1), (threads, 1, 1), args) }?;
+    Ok(report.elapsed)
+}
+
+/// Reads a stats buffer.
+pub fn read_stats(heap: &Heap, stats: &Buffer<u64>) -> Result<Stats, HostError> {
+    let words = heap.launcher().read(stats)?;
+    let mut w = [0u64; STATS_WORDS];
+    for (o, v) in w.iter_mut().zip(words) {
+        *o = v;
+    }
+    Ok(Stats::from_words(&w))
+}
+
+/// A heap configuration for `mode` ("rpc" or "pool") and an optional limit.
+pub fn heap_config(pool_slabs: Option<u32>, limit: Option<u64>) -> HeapConfig {
+    HeapConfig {
+        mode: match pool_slabs {
+            Some(slabs) => Mode::Pool { slabs },
+            None => Mode::Rpc,
+        },
+        limit,
+        ..HeapConfig::default()
+    }
+}
+
+/// Bytes in binary units, for tables.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A rate with an SI prefix.
+pub fn rate(per_second: f64) -> String {
+    if per_second >= 1e9 {
+        format!("{:.2} G/s", per_second / 1e9)
+    } else if per_second >= 1e6 {
+        format!("{:.2} M/s", per_second / 1e6)
+    } else if per_second >= 1e3 {
+        format!("{:.1} k/s", per_second / 1e3)
+    } else {
+        format!("{per_second:.0} /s")
+    }
+}
+
+/// A heap mode in words: "rpc" or "pool(N)".
+pub fn mode_name(mode: Mode) -> String {
+    match mode {
+        Mode::Rpc => "rpc".into(),
+        Mode::Pool { slabs } => format!("pool({slabs})"),
+    }
+}

@@ -1,0 +1,6 @@
+//! The `warpalloc` tool's subcommands.
+
+pub mod bench;
+pub mod common;
+pub mod demo;
+pub mod stress;

@@ -1,0 +1,480 @@
+//! `warpalloc stress`: the stress kernels on one heap, each checked on the
+//! device (owner-tagged patterns, promises such as alignment) and on the host
+//! (no overlap, no double or invalid free, every byte given back). A run that
+//! corrupts or loses memory fails with a non-zero exit status.
+
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use warpalloc::{Heap, HeapStats};
+use warpalloc_host::HostError;
+use warpalloc_host::backing::CHUNK;
+use warpalloc_kernels_tests::collections::collections;
+use warpalloc_kernels_tests::stress::{
+    SWEEP_SIZES, Stats, aligned, churn, drain, drain_transfer, fill, lifetimes, resize, size_sweep,
+};
+
+use super::common::{buffer, bytes, launch, mode_name, on_gpu, rate, read_stats, target_name};
+
+/// The stress kernels, by name.
+pub const KERNELS: &[&str] = &[
+    "churn",
+    "sweep",
+    "aligned",
+    "fill",
+    "lifetimes",
+    "collections",
+    "resize",
+];
+
+/// What `stress` runs.
+#[derive(Clone, Debug)]
+pub struct StressArgs {
+    pub kernels: Vec<String>,
+    pub blocks: u32,
+    pub threads: u32,
+    pub iterations: u32,
+    pub max_size: u32,
+    pub large_one_in: u32,
+    pub seed: u32,
+    pub plant_corruption: u32,
+}
+
+/// One kernel's outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelReport {
+    pub kernel: String,
+    pub threads: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    pub nulls: u64,
+    pub corrupt: u64,
+    pub broken: u64,
+    pub double_frees: u64,
+    pub invalid_frees: u64,
+    pub seconds: f64,
+    pub ops_per_second: f64,
+    pub problems: Vec<String>,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct StressReport {
+    pub target: String,
+    pub mode: String,
+    pub kernels: Vec<KernelReport>,
+    pub peak_mapped_bytes: u64,
+    pub peak_in_use_bytes: u64,
+    pub rpc_allocs: u64,
+    pub rpc_frees: u64,
+    pub refusals: u64,
+    pub mapped_after_trim: u64,
+    pub problems: Vec<String>,
+    pub ok: bool,
+}
+
+struct Outcome {
+    stats: Stats,
+    threads: u64,
+    elapsed: Duration,
+    problems: Vec<String>,
+}
+
+fn outcome(stats: Stats, threads: u64, elapsed: Duration) -> Outcome {
+    Outcome {
+        stats,
+        threads,
+        elapsed,
+        problems: Vec::new(),
+    }
+}
+
+fn run_churn(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
+    let mut stats = buffer::<u64>(heap, 8)?;
+    let slots = (a.blocks * a.threads).clamp(64, 1 << 20);
+    let mut transfer = buffer::<u64>(heap, slots as usize)?;
+    let elapsed = launch(
+        heap,
+        a.blocks,
+        a.threads,
+        churn::Args {
+            stats: stats.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
+            slots,
+            seed: a.seed,
+            iterations: a.iterations,
+            max_small: a.max_size,
+            large_one_in: a.large_one_in,
+        },
+    )?;
+    launch(
+        heap,
+        slots.div_ceil(256),
+        256,
+        drain_transfer::Args {
+            stats: stats.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
+            slots,
+        },
+    )?;
+    let threads = u64::from(a.blocks * a.threads);
+    Ok(outcome(read_stats(heap, &stats)?, threads, elapsed))
+}
+
+fn run_sweep(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
+    let mut stats = buffer::<u64>(heap, 8)?;
+    let blocks = SWEEP_SIZES.div_ceil(a.threads).max(1) * 2;
+    let elapsed = launch(
+        heap,
+        blocks,
+        a.threads,
+        size_sweep::Args {
+            stats: stats.kernel_ptr(),
+        },
+    )?;
+    let mut o = outcome(
+        read_stats(heap, &stats)?,
+        u64::from(blocks * a.threads),
+        elapsed,
+    );
+    if o.stats.nulls != 0 {
+        o.problems
+            .push(format!("{} sizes got no memory", o.stats.nulls));
+    }
+    Ok(o)
+}
+
+fn run_aligned(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
+    let mut stats = buffer::<u64>(heap, 8)?;
+    let elapsed = launch(
+        heap,
+        a.blocks,
+        a.threads,
+        aligned::Args {
+            stats: stats.kernel_ptr(),
+            seed: a.seed,
+        },
+    )?;
+    Ok(outcome(
+        read_stats(heap, &stats)?,
+        u64::from(a.blocks * a.threads),
+        elapsed,
+    ))
+}
+
+/// Fill until null or `per_thread` blocks each, check no two blocks overlap,
+/// free them all from another warp and block, fill again, free again.
+fn run_fill(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
+    let per_thread = 16u32;
+    let threads = (a.blocks * a.threads) as usize;
+    let mut stats = buffer::<u64>(heap, 8)?;
+    let mut ptrs = buffer::<u64>(heap, threads * per_thread as usize)?;
+    let mut sizes = buffer::<u32>(heap, threads * per_thread as usize)?;
+    let mut counts = buffer::<u32>(heap, threads)?;
+    let mut elapsed = Duration::ZERO;
+    let mut problems = Vec::new();
+    for round in 0..2 {
+        elapsed += launch(
+            heap,
+            a.blocks,
+            a.threads,
+            fill::Args {
+                stats: stats.kernel_ptr(),
+                ptrs: ptrs.kernel_ptr(),
+                sizes: sizes.kernel_ptr(),
+                counts: counts.kernel_ptr(),
+                per_thread,
+                seed: a.seed + round,
+                max_small: a.max_size,
+            },
+        )?;
+        let (p, s, c) = (
+            heap.launcher().read(&ptrs)?,
+            heap.launcher().read(&sizes)?,
+            heap.launcher().read(&counts)?,
+        );
+        let (base, len) = heap.region();
+        let mut blocks = Vec::new();
+        for (t, &n) in c.iter().enumerate() {
+            for k in 0..n as usize {
+                let at = t * per_thread as usize + k;
+                blocks.push((p[at], u64::from(s[at])));
+            }
+        }
+        blocks.sort_unstable();
+        if let Some(w) = blocks.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
+            problems.push(format!(
+                "blocks overlap: {:#x}+{} and {:#x}",
+                w[0].0, w[0].1, w[1].0
+            ));
+        }
+        if let Some(&(b, n)) = blocks
+            .iter()
+            .find(|&&(b, n)| b < base || b + n > base + len)
+        {
+            problems.push(format!("block {b:#x}+{n} outside the heap's region"));
+        }
+        elapsed += launch(
+            heap,
+            a.blocks,
+            a.threads,
+            drain::Args {
+                stats: stats.kernel_ptr(),
+                ptrs: ptrs.kernel_ptr(),
+                sizes: sizes.kernel_ptr(),
+                counts: counts.kernel_ptr(),
+                per_thread,
+                shift: (threads as u32) / 2 + 37,
+            },
+        )?;
+    }
+    let mut o = outcome(read_stats(heap, &stats)?, threads as u64, elapsed);
+    o.problems = problems;
+    Ok(o)
+}
+
+fn run_lifetimes(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
+    let mut stats = buffer::<u64>(heap, 8)?;
+    let elapsed = launch(
+        heap,
+        a.blocks,
+        a.threads,
+        lifetimes::Args {
+            stats: stats.kernel_ptr(),
+            seed: a.seed,
+            iterations: a.iterations * 2,
+            max_small: a.max_size,
+            keep_one_in: 4,
+            corrupt_one_in: a.plant_corruption,
+        },
+    )?;
+    Ok(outcome(
+        read_stats(heap, &stats)?,
+        u64::from(a.blocks * a.threads),
+        elapsed,
+    ))
+}
+
+fn run_collections(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
+    let mut stats = buffer::<u64>(heap, 8)?;
+    let elapsed = launch(
+        heap,
+        a.blocks,
+        a.threads,
+        collections::Args {
+            stats: stats.kernel_ptr(),
+            n: 200,
+        },
+    )?;
+    let mut s = read_stats(heap, &stats)?;
+    // `collections` counts finished threads in `allocs`; its frees are the
+    // collections' drops.
+    let threads = u64::from(a.blocks * a.threads);
+    let mut o = outcome(s, threads, elapsed);
+    if s.allocs != threads {
+        o.problems
+            .push(format!("{} of {threads} threads finished", s.allocs));
+    }
+    s.frees = s.allocs;
+    o.stats = s;
+    Ok(o)
+}
+
+fn run_resize(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
+    let mut stats = buffer::<u64>(heap, 8)?;
+    let elapsed = launch(
+        heap,
+        a.blocks,
+        a.threads,
+        resize::Args {
+            stats: stats.kernel_ptr(),
+            max: 64 << 10,
+        },
+    )?;
+    Ok(outcome(
+        read_stats(heap, &stats)?,
+        u64::from(a.blocks * a.threads),
+        elapsed,
+    ))
+}
+
+/// Runs the stress kernels on `heap` and reports; `progress` shows a bar.
+pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressReport, HostError> {
+    let bar = if progress {
+        let bar = ProgressBar::new(a.kernels.len() as u64);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut kernels = Vec::new();
+    let mut problems = Vec::new();
+    for name in &a.kernels {
+        bar.set_message(name.clone());
+        let before = heap.stats()?.device;
+        let result = match name.as_str() {
+            "churn" => run_churn(heap, a),
+            "sweep" => run_sweep(heap, a),
+            "aligned" => run_aligned(heap, a),
+            "fill" => run_fill(heap, a),
+            "lifetimes" => run_lifetimes(heap, a),
+            "collections" => run_collections(heap, a),
+            "resize" => run_resize(heap, a),
+            other => {
+                problems.push(format!(
+                    "unknown kernel {other:?} (known: {})",
+                    KERNELS.join(", ")
+                ));
+                bar.inc(1);
+                continue;
+            }
+        };
+        let o = result?;
+        let after = heap.stats()?.device;
+        let s = o.stats;
+        let mut report = KernelReport {
+            kernel: name.clone(),
+            threads: o.threads,
+            allocs: s.allocs,
+            frees: s.frees,
+            nulls: s.nulls,
+            corrupt: s.corrupt,
+            broken: s.broken,
+            double_frees: after.double_frees - before.double_frees,
+            invalid_frees: after.invalid_frees - before.invalid_frees,
+            seconds: o.elapsed.as_secs_f64(),
+            ops_per_second: if o.elapsed.is_zero() {
+                0.0
+            } else {
+                s.allocs as f64 / o.elapsed.as_secs_f64()
+            },
+            problems: o.problems,
+        };
+        if s.corrupt != 0 {
+            report.problems.push(format!(
+                "{} blocks failed their pattern check (first: owner {}, allocation {})",
+                s.corrupt,
+                s.first_bad >> 32,
+                s.first_bad & 0xffff_ffff
+            ));
+        }
+        if s.broken != 0 {
+            report.problems.push(format!(
+                "{} broken promises (alignment, usable size, bad-input results)",
+                s.broken
+            ));
+        }
+        if s.allocs != s.frees {
+            report
+                .problems
+                .push(format!("{} allocations but {} frees", s.allocs, s.frees));
+        }
+        if report.double_frees + report.invalid_frees != 0 {
+            report.problems.push(format!(
+                "the heap counted {} double and {} invalid frees",
+                report.double_frees, report.invalid_frees
+            ));
+        }
+        kernels.push(report);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    let before_trim: HeapStats = heap.stats()?;
+    let held = before_trim.cached_slabs + before_trim.pool_slabs;
+    if before_trim.region.in_use_bytes != held * CHUNK {
+        problems.push(format!(
+            "after every kernel freed everything, {} are in use beyond the {held} cached or pooled slabs",
+            bytes(before_trim.region.in_use_bytes.saturating_sub(held * CHUNK))
+        ));
+    }
+    heap.trim()?;
+    let after_trim = heap.stats()?;
+    let pooled = match heap.mode() {
+        warpalloc::Mode::Pool { .. } => (after_trim.pool_slabs + after_trim.cached_slabs) * CHUNK,
+        warpalloc::Mode::Rpc => 0,
+    };
+    if after_trim.region.mapped_bytes != pooled {
+        problems.push(format!(
+            "after trim {} stay mapped (expected {})",
+            bytes(after_trim.region.mapped_bytes),
+            bytes(pooled)
+        ));
+    }
+    let ok = problems.is_empty() && kernels.iter().all(|k| k.problems.is_empty());
+    Ok(StressReport {
+        target: target_name(heap),
+        mode: mode_name(heap.mode()),
+        kernels,
+        peak_mapped_bytes: after_trim.region.peak_mapped_bytes,
+        peak_in_use_bytes: after_trim.region.peak_in_use_bytes,
+        rpc_allocs: after_trim.rpc.allocs,
+        rpc_frees: after_trim.rpc.frees,
+        refusals: after_trim.region.refusals.iter().sum(),
+        mapped_after_trim: after_trim.region.mapped_bytes,
+        problems,
+        ok,
+    })
+}
+
+/// Prints a report as a table.
+pub fn print(report: &StressReport, heap: &Heap) {
+    println!("warpalloc stress — {}", report.target);
+    println!(
+        "mode: {}{}",
+        report.mode,
+        if on_gpu(heap) {
+            ""
+        } else {
+            " (simulator: CPU figures, not GPU speed)"
+        }
+    );
+    println!(
+        "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>10} {:>12}  result",
+        "kernel", "threads", "allocs", "nulls", "corrupt", "broken", "time", "allocs/s"
+    );
+    for k in &report.kernels {
+        println!(
+            "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>9.1}ms {:>12}  {}",
+            k.kernel,
+            k.threads,
+            k.allocs,
+            k.nulls,
+            k.corrupt,
+            k.broken,
+            k.seconds * 1e3,
+            rate(k.ops_per_second),
+            if k.problems.is_empty() {
+                "ok".to_string()
+            } else {
+                format!("FAIL: {}", k.problems.join("; "))
+            }
+        );
+    }
+    println!(
+        "heap: peak mapped {}, peak in use {}, RPC {} allocs / {} frees, {} refusals, {} mapped after trim",
+        bytes(report.peak_mapped_bytes),
+        bytes(report.peak_in_use_bytes),
+        report.rpc_allocs,
+        report.rpc_frees,
+        report.refusals,
+        bytes(report.mapped_after_trim)
+    );
+    for p in &report.problems {
+        println!("FAIL: {p}");
+    }
+    println!(
+        "{}",
+        if report.ok {
+            "stress: OK — no corruption, no lost memory"
+        } else {
+            "stress: FAILED"
+        }
+    );
+}
