@@ -74,6 +74,11 @@ enum Cmd {
     Test,
     /// What CI runs: `test`, after printing the toolchain's versions.
     Ci,
+    /// Stage the GPU check in `.device/` (release binary, run.sh, the CUDA
+    /// C++ baseline, report.py), compile the baseline with the PyPI nvcc
+    /// where it works, and run the check here to show its no-GPU path. On a
+    /// GPU machine, run `OUT=<dir> .device/run.sh`.
+    DeviceCheck,
     /// Set up, then run the warpalloc CLI in release mode (default: `stress`).
     Run {
         /// Arguments for the warpalloc CLI.
@@ -90,6 +95,7 @@ fn main() -> ExitCode {
         Cmd::Test => test(&mut steps),
         Cmd::Ci => print_versions().and_then(|()| test(&mut steps)),
         Cmd::Run { args } => run(&mut steps, args),
+        Cmd::DeviceCheck => device_check(&mut steps),
     };
     match result {
         Ok(()) => {
@@ -172,6 +178,105 @@ fn test(steps: &mut Steps) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// The full nvcc of the pinned CUDA (compiler, NVVM, headers, runtime), for
+/// the GPU check's baseline; installed on demand, not by `setup`.
+const NVCC_FULL: &[&str] = &[
+    "nvidia-cuda-nvcc==13.0.88",
+    "nvidia-nvvm==13.0.88",
+    "nvidia-cuda-crt==13.0.88",
+    "nvidia-cuda-runtime==13.0.88",
+];
+
+fn nvcc_full() -> Result<PathBuf> {
+    let dir = ptxas::cache_dir()
+        .context("no cache directory: set HOME, XDG_CACHE_HOME or WARPALLOC_CACHE_DIR")?
+        .join("cuda-nvcc-full-13.0.88");
+    let nvcc = dir.join("nvidia/cu13/bin/nvcc");
+    if nvcc.is_file() {
+        return Ok(dir);
+    }
+    eprintln!(
+        "xtask: installing nvcc ({}) into {}",
+        NVCC_FULL.join(" "),
+        dir.display()
+    );
+    Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--target",
+        ])
+        .arg(&dir)
+        .args(NVCC_FULL)
+        .output_ok()
+        .context("pip install of the pinned nvcc")?;
+    Ok(dir)
+}
+
+fn device_check(steps: &mut Steps) -> Result<()> {
+    steps.run("setup", setup)?;
+    let stage = root().join(".device");
+    steps.run("build", || {
+        cargo(&["build", "--release", "-p", "warpalloc"]).status_ok()
+    })?;
+    steps.run("stage", || {
+        if stage.exists() {
+            std::fs::remove_dir_all(&stage)?;
+        }
+        std::fs::create_dir_all(&stage)?;
+        std::fs::copy(
+            root().join("target/release/warpalloc"),
+            stage.join("warpalloc"),
+        )?;
+        for f in ["run.sh", "baseline.cu", "report.py"] {
+            std::fs::copy(root().join("scripts/device-check").join(f), stage.join(f))?;
+        }
+        Ok(())
+    })?;
+    steps.run("baseline", || {
+        // Built here when the PyPI nvcc works; the GPU machine rebuilds it
+        // with its own nvcc when it has one.
+        let dir = nvcc_full()?;
+        let cuda = dir.join("nvidia/cu13");
+        Command::new(cuda.join("bin/nvcc"))
+            .args(["-O3", "-arch=sm_90", "-std=c++17"])
+            .arg(format!("-L{}", cuda.join("lib").display()))
+            .arg("-o")
+            .arg(stage.join("baseline"))
+            .arg(stage.join("baseline.cu"))
+            .output_ok()
+            .context("compiling baseline.cu")?;
+        Ok(())
+    })?;
+    steps.run("no-GPU path", || {
+        let out = stage.join("out-local");
+        let status = Command::new(stage.join("run.sh"))
+            .env("OUT", &out)
+            .status()?;
+        eprintln!(
+            "xtask: run.sh here exited with {status}; its outputs are in {}",
+            out.display()
+        );
+        let info = std::fs::read_to_string(out.join("info.txt")).unwrap_or_default();
+        if !info.contains("GPU:") {
+            bail!("`warpalloc --gpu info` did not say whether there is a GPU: {info}");
+        }
+        if !out.join("device-check.md").is_file() {
+            bail!("report.py wrote no device-check.md");
+        }
+        Ok(())
+    })?;
+    eprintln!(
+        "xtask: staged {}; on a GPU machine run `OUT=<dir> .device/run.sh` (the device tool: carry `.device`)",
+        stage.display()
+    );
+    Ok(())
 }
 
 fn run(steps: &mut Steps, mut args: Vec<String>) -> Result<()> {

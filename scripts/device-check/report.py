@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Turns the GPU check's outputs (run.sh) into device-check.json and a
+markdown table, device-check.md, for BENCHMARKS.md."""
+import json
+import sys
+from pathlib import Path
+
+
+def load(path):
+    try:
+        text = Path(path).read_text()
+        return json.loads(text) if text.strip() else None
+    except (OSError, ValueError) as e:
+        return {"error": f"{path}: {e}"}
+
+
+def lines(path):
+    out = []
+    try:
+        for line in Path(path).read_text().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                out.append(json.loads(line))
+    except (OSError, ValueError) as e:
+        out.append({"error": f"{path}: {e}"})
+    return out
+
+
+def rate(x):
+    if x is None:
+        return "-"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.2f} {unit}/s"
+    return f"{x:.0f} /s"
+
+
+def main(out):
+    out = Path(out)
+    report = {
+        "gpu": (out / "gpu.csv").read_text() if (out / "gpu.csv").exists() else None,
+        "info": (out / "info.txt").read_text() if (out / "info.txt").exists() else None,
+        "stress_rpc": load(out / "stress-rpc.json"),
+        "stress_pool": load(out / "stress-pool.json"),
+        "bench": load(out / "bench.json"),
+        "baseline": lines(out / "baseline.jsonl"),
+    }
+    (out / "device-check.json").write_text(json.dumps(report, indent=2))
+
+    md = ["# GPU check", "", "```", (report["gpu"] or "").strip(), "```", ""]
+    for name in ("stress_rpc", "stress_pool"):
+        s = report[name] or {}
+        md.append(f"## {name}: {'OK' if s.get('ok') else 'FAILED'}")
+        md.append("")
+        md.append("| kernel | threads | allocs | nulls | corrupt | allocs/s | problems |")
+        md.append("|---|---|---|---|---|---|---|")
+        for k in s.get("kernels", []):
+            md.append(f"| {k['kernel']} | {k['threads']} | {k['allocs']} | {k['nulls']} | {k['corrupt']} | "
+                      f"{rate(k['ops_per_second'])} | {'; '.join(k['problems'])} |")
+        if s.get("problems"):
+            md.append("")
+            md.append("problems: " + "; ".join(s["problems"]))
+        md.append("")
+
+    base = {(b.get("threads"), b.get("size")): b for b in report["baseline"] if b.get("case") == "alloc_free"}
+    ceiling = next((b for b in report["baseline"] if b.get("op") == "random atomicOr"), None)
+    ceil = ceiling["ops_per_second"] if ceiling else None
+    md.append("## alloc/free pairs per second: warpalloc vs CUDA malloc")
+    md.append("")
+    md.append("| case | mode | threads | size | warpalloc cold | warpalloc warm | CUDA malloc | ratio | % of atomicOr ceiling | map/req |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|")
+    for r in (report["bench"] or {}).get("rows", []):
+        size = None
+        if r["size"].endswith(" B"):
+            size = int(float(r["size"].split()[0]))
+        elif r["size"].endswith("KiB") and "-" not in r["size"]:
+            size = int(float(r["size"].split()[0]) * 1024)
+        b = base.get((r["threads"], size)) if r["case"] == "alloc_free" else None
+        if r["case"].startswith("mixed"):
+            b = next((x for x in report["baseline"] if x.get("case") == "mixed"), None)
+        warm = r["warm_pairs_per_second"] or r["cold_pairs_per_second"]
+        cuda = b["pairs_per_second"] if b else None
+        ratio = f"{warm / cuda:.2f}×" if cuda else "-"
+        pct = f"{100 * warm / ceil:.1f}%" if ceil else "-"
+        mpr = f"{r['mapped_per_requested']:.2f}" if r.get("mapped_per_requested") else "-"
+        md.append(f"| {r['case']} | {r['mode']} | {r['threads']} | {r['size']} | {rate(r['cold_pairs_per_second'])} | "
+                  f"{rate(r['warm_pairs_per_second'])} | {rate(cuda)} | {ratio} | {pct} | {mpr} |")
+    md.append("")
+    md.append("## atomics ceiling")
+    md.append("")
+    for b in report["baseline"]:
+        if b.get("case") == "ceiling":
+            md.append(f"- {b['op']}: {rate(b['ops_per_second'])} ({b['threads']} threads)")
+    (out / "device-check.md").write_text("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "out")

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# warpalloc's GPU check: the one command to run on a GPU machine, in the
+# folder `cargo xtask device-check` staged (the release `warpalloc` binary,
+# this script, baseline.cu and report.py; no Rust toolchain needed).
+#
+#   OUT=/some/dir ./run.sh
+#
+# Runs every stress kernel at full scale (8 blocks per SM) in RPC and pool
+# modes, the benchmark cases, the CUDA C++ baseline (CUDA's own device malloc
+# with its heap raised to 8 GiB) and the atomics ceiling, then writes
+# $OUT/device-check.json and $OUT/device-check.md. Each step has a timeout;
+# the whole check is meant to finish within 5 minutes.
+set -uo pipefail
+cd "$(dirname "$0")"
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+step() { echo "== $*" >&2; }
+
+step "GPU"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv > "$OUT/gpu.csv" 2>&1
+cat "$OUT/gpu.csv" >&2
+
+step "warpalloc info"
+timeout 60 ./warpalloc --gpu info > "$OUT/info.txt" 2>&1
+cat "$OUT/info.txt" >&2
+
+step "stress (rpc)"
+timeout 150 ./warpalloc --gpu stress --json > "$OUT/stress-rpc.json" 2> "$OUT/stress-rpc.err"
+echo "exit $?" >> "$OUT/stress-rpc.err"
+step "stress (pool)"
+timeout 120 ./warpalloc --gpu stress --pool-slabs 1024 --large-one-in 0 --json > "$OUT/stress-pool.json" 2> "$OUT/stress-pool.err"
+echo "exit $?" >> "$OUT/stress-pool.err"
+
+step "bench"
+timeout 150 ./warpalloc --gpu bench --json > "$OUT/bench.json" 2> "$OUT/bench.err"
+echo "exit $?" >> "$OUT/bench.err"
+
+step "baseline"
+BASELINE=./baseline
+if command -v nvcc > /dev/null; then
+  nvcc -O3 -arch=sm_90 -std=c++17 -o baseline-here baseline.cu 2> "$OUT/nvcc.err" && BASELINE=./baseline-here
+fi
+timeout 150 "$BASELINE" > "$OUT/baseline.jsonl" 2> "$OUT/baseline.err"
+echo "exit $?" >> "$OUT/baseline.err"
+
+step "report"
+python3 report.py "$OUT"
+cat "$OUT/device-check.md"
