@@ -47,7 +47,26 @@ def main(out):
     }
     (out / "device-check.json").write_text(json.dumps(report, indent=2))
 
-    md = ["# GPU check", "", "```", (report["gpu"] or "").strip(), "```", ""]
+    def exit_code(name):
+        try:
+            last = (out / name).read_text().strip().splitlines()[-1]
+            return int(last.split()[-1]) if last.startswith("exit") else None
+        except (OSError, ValueError, IndexError):
+            return None
+
+    rpc_exit = exit_code("stress-rpc.err")
+    served = (report["stress_rpc"] or {}).get("rpc_allocs", 0)
+    if rpc_exit == 124:
+        deadlock = "NOT shown: the RPC-mode stress run hit its timeout (a kernel spinning on the mailbox while the server maps memory may hang)"
+    elif rpc_exit == 0 and served:
+        deadlock = f"shown: the RPC-mode stress run finished with {served} ALLOC requests served (memory mapped) while its kernels ran"
+    else:
+        deadlock = f"not decided: the RPC-mode stress run exited with {rpc_exit} after {served} ALLOC requests"
+    report["mapping_while_a_kernel_runs"] = deadlock
+    (out / "device-check.json").write_text(json.dumps(report, indent=2))
+
+    md = ["# GPU check", "", "```", (report["gpu"] or "").strip(), "```", "",
+          f"Mapping memory while a kernel spins on the mailbox: {deadlock}.", ""]
     for name in ("stress_rpc", "stress_pool"):
         s = report[name] or {}
         md.append(f"## {name}: {'OK' if s.get('ok') else 'FAILED'}")

@@ -21,18 +21,18 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv >
 cat "$OUT/gpu.csv" >&2
 
 step "warpalloc info"
-timeout 60 ./warpalloc --gpu info > "$OUT/info.txt" 2>&1
+timeout 20 ./warpalloc --gpu info > "$OUT/info.txt" 2>&1
 cat "$OUT/info.txt" >&2
 
 step "stress (rpc)"
-timeout 150 ./warpalloc --gpu stress --json > "$OUT/stress-rpc.json" 2> "$OUT/stress-rpc.err"
+timeout 75 ./warpalloc --gpu stress --json > "$OUT/stress-rpc.json" 2> "$OUT/stress-rpc.err"
 echo "exit $?" >> "$OUT/stress-rpc.err"
 step "stress (pool)"
-timeout 120 ./warpalloc --gpu stress --pool-slabs 1024 --large-one-in 0 --json > "$OUT/stress-pool.json" 2> "$OUT/stress-pool.err"
+timeout 60 ./warpalloc --gpu stress --pool-slabs 1024 --large-one-in 0 --json > "$OUT/stress-pool.json" 2> "$OUT/stress-pool.err"
 echo "exit $?" >> "$OUT/stress-pool.err"
 
 step "bench"
-timeout 150 ./warpalloc --gpu bench --json > "$OUT/bench.json" 2> "$OUT/bench.err"
+timeout 90 ./warpalloc --gpu bench --json > "$OUT/bench.json" 2> "$OUT/bench.err"
 echo "exit $?" >> "$OUT/bench.err"
 
 step "baseline"
@@ -40,7 +40,7 @@ BASELINE=./baseline
 if command -v nvcc > /dev/null; then
   nvcc -O3 -arch=sm_90 -std=c++17 -o baseline-here baseline.cu 2> "$OUT/nvcc.err" && BASELINE=./baseline-here
 fi
-timeout 150 "$BASELINE" > "$OUT/baseline.jsonl" 2> "$OUT/baseline.err"
+timeout 60 "$BASELINE" > "$OUT/baseline.jsonl" 2> "$OUT/baseline.err"
 echo "exit $?" >> "$OUT/baseline.err"
 
 step "report"
