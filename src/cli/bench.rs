@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 use warpalloc::{Heap, HeapConfig, Mode};
+use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{HostError, Prefer};
 use warpalloc_kernels_tests::stress::{alloc_free, drain, fill, lifetimes};
 
@@ -54,6 +55,36 @@ fn pairs_per_second(pairs: u64, seconds: f64) -> f64 {
     }
 }
 
+/// Cold and warm: runs `kernel` (given a fresh stats buffer's pointer) twice
+/// on `heap` — a fresh heap's first launch, then the same again — and
+/// returns the two times, the pairs of one run and the nulls of both. A
+/// corrupt block is an error: a benchmark of a wrong allocator means nothing.
+fn cold_warm<K: Kernel>(
+    heap: &mut Heap,
+    blocks: u32,
+    block: u32,
+    what: &str,
+    kernel: impl Fn(*mut u64) -> K,
+) -> Result<([f64; 2], u64, u64), HostError> {
+    let mut times = [0.0f64; 2];
+    let (mut pairs, mut nulls) = (0, 0);
+    for t in &mut times {
+        let mut stats = buffer::<u64>(heap, 8)?;
+        let elapsed = launch(heap, blocks, block, kernel(stats.kernel_ptr()))?;
+        let s = read_stats(heap, &stats)?;
+        if s.corrupt != 0 {
+            return Err(HostError::InvalidPtx(format!(
+                "{what}: {} corrupt blocks",
+                s.corrupt
+            )));
+        }
+        nulls += s.nulls;
+        pairs = s.allocs;
+        *t = elapsed.as_secs_f64();
+    }
+    Ok((times, pairs, nulls))
+}
+
 fn alloc_free_case(
     prefer: Prefer,
     schedule: Schedule,
@@ -65,32 +96,13 @@ fn alloc_free_case(
 ) -> Result<Row, HostError> {
     let mut heap = open_heap(prefer, config, schedule)?;
     let blocks = threads.div_ceil(block);
-    let mut times = [0.0f64; 2];
-    let mut nulls = 0;
-    let mut pairs = 0;
-    for t in &mut times {
-        let mut stats = buffer::<u64>(&heap, 8)?;
-        let elapsed = launch(
-            &mut heap,
-            blocks,
-            block,
-            alloc_free::Args {
-                stats: stats.kernel_ptr(),
-                size,
-                rounds,
-            },
-        )?;
-        let s = read_stats(&heap, &stats)?;
-        if s.corrupt != 0 {
-            return Err(HostError::InvalidPtx(format!(
-                "alloc_free read back {} wrong words",
-                s.corrupt
-            )));
+    let (times, pairs, nulls) = cold_warm(&mut heap, blocks, block, "alloc_free", |stats| {
+        alloc_free::Args {
+            stats,
+            size,
+            rounds,
         }
-        nulls += s.nulls;
-        pairs = s.allocs;
-        *t = elapsed.as_secs_f64();
-    }
+    })?;
     let st = heap.stats()?;
     Ok(Row {
         case: "alloc_free".into(),
@@ -115,35 +127,16 @@ fn mixed_case(
 ) -> Result<Row, HostError> {
     let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
     let blocks = threads.div_ceil(block);
-    let mut times = [0.0f64; 2];
-    let mut pairs = 0;
-    let mut nulls = 0;
-    for t in &mut times {
-        let mut stats = buffer::<u64>(&heap, 8)?;
-        let elapsed = launch(
-            &mut heap,
-            blocks,
-            block,
-            lifetimes::Args {
-                stats: stats.kernel_ptr(),
-                seed: 1,
-                iterations: rounds,
-                max_small: 8192,
-                keep_one_in: 0,
-                corrupt_one_in: 0,
-            },
-        )?;
-        let s = read_stats(&heap, &stats)?;
-        if s.corrupt != 0 {
-            return Err(HostError::InvalidPtx(format!(
-                "mixed sizes: {} corrupt blocks",
-                s.corrupt
-            )));
+    let (times, pairs, nulls) = cold_warm(&mut heap, blocks, block, "mixed sizes", |stats| {
+        lifetimes::Args {
+            stats,
+            seed: 1,
+            iterations: rounds,
+            max_small: 8192,
+            keep_one_in: 0,
+            corrupt_one_in: 0,
         }
-        pairs = s.allocs;
-        nulls += s.nulls;
-        *t = elapsed.as_secs_f64();
-    }
+    })?;
     Ok(Row {
         case: "mixed 16 B-8 KiB".into(),
         mode: mode_name(heap.mode()),
