@@ -169,7 +169,8 @@ enum Device {
 pub struct Heap {
     // Field order is drop order: stop serving, then free the mailbox, then
     // unmap the region, then the device heap and the launcher.
-    registration: Registration,
+    /// Held for its `Drop`: stops serving the mailbox first.
+    _registration: Registration,
     mailbox: Mailbox,
     region: SharedRegion,
     counters: Arc<Counters>,
@@ -276,7 +277,7 @@ impl Heap {
                 }
                 .map_err(HostError::Server)?;
                 let heap_gpu = Heap {
-                    registration,
+                    _registration: registration,
                     mailbox,
                     region,
                     counters,
@@ -335,7 +336,7 @@ impl Heap {
                     }
                 };
                 let heap = Heap {
-                    registration,
+                    _registration: registration,
                     mailbox,
                     region,
                     counters,
@@ -569,11 +570,6 @@ impl Heap {
             let _ = region.free(slab, CHUNK);
         }
         Ok(region.trim()?)
-    }
-
-    /// Requests the server has answered for this heap.
-    pub fn served_requests(&self) -> u64 {
-        self.registration.requests()
     }
 
     /// The region's base and length (where every device allocation lies).

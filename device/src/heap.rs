@@ -1113,17 +1113,6 @@ impl DeviceHeap {
         n
     }
 
-    /// Empties the pool, handing each slab to `f` (host side, no kernel
-    /// running). Returns how many.
-    pub fn take_pool(&self, mut f: impl FnMut(u64)) -> usize {
-        let mut n = 0;
-        while let Some(slab) = self.pool_pop() {
-            f(slab);
-            n += 1;
-        }
-        n
-    }
-
     /// Checks the invariants of a quiescent heap (no kernel running); returns
     /// the first violation.
     pub fn check(&self) -> Result<(), &'static str> {

@@ -39,7 +39,6 @@ struct Served {
     ports: *const Port,
     count: u32,
     handler: Arc<Handler>,
-    requests: AtomicU64,
 }
 
 // SAFETY: `ports` points to pinned (GPU) or heap-allocated (simulator) memory
@@ -74,13 +73,6 @@ pub struct Registration {
     served: Arc<Served>,
 }
 
-impl Registration {
-    /// Requests this mailbox has had answered.
-    pub fn requests(&self) -> u64 {
-        self.served.requests.load(Ordering::Relaxed)
-    }
-}
-
 /// Serves `count` ports at `ports` with `handler`, starting the server thread
 /// if it is not running. Fails only if the thread cannot be spawned.
 ///
@@ -96,7 +88,6 @@ pub unsafe fn register(
         ports,
         count,
         handler,
-        requests: AtomicU64::new(0),
     });
     let mut st = state();
     st.served.push(Arc::clone(&served));
@@ -205,7 +196,6 @@ fn sweep(mailbox: &Served) -> bool {
             lanes &= lanes - 1;
             let reply = (mailbox.handler)(opcode, request.args(lane));
             request.reply(lane, reply);
-            mailbox.requests.fetch_add(1, Ordering::Relaxed);
         }
         request.finish();
     }

@@ -181,24 +181,24 @@ impl<'a> Worker<'a> {
         if let Err(kind) = self.run_inner() {
             if matches!(kind, SimErrorKind::Watchdog { .. }) {
                 // Keep this worker's lanes for the report.
-                let lanes = self.reports();
-                self.shared
-                    .stuck
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .extend(lanes);
+                self.record_stuck();
             }
             self.shared.fail(kind);
         } else if self.shared.abort.load(Ordering::Relaxed) {
             // Another worker failed; if it was the watchdog, say where we are.
-            let lanes = self.reports();
-            self.shared
-                .stuck
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend(lanes);
+            self.record_stuck();
         }
         self.stats
+    }
+
+    /// Adds this worker's live lanes to the watchdog's report.
+    fn record_stuck(&mut self) {
+        let lanes = self.reports();
+        self.shared
+            .stuck
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(lanes);
     }
 
     fn run_inner(&mut self) -> Result<(), SimErrorKind> {
