@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use warpalloc_builder::{Arch, PtxBuilder};
+use warpalloc_builder::{Arch, PtxBuilder, declarations};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -23,6 +23,20 @@ fn main() {
             std::process::exit(1);
         }
     };
+    let decls = out_dir.join("kernels_tests_declarations.ptx");
+    let text = match std::fs::read_to_string(&ptx.path) {
+        Ok(t) => declarations(&t),
+        Err(e) => {
+            eprintln!("error: reading {}: {e}", ptx.path.display());
+            std::process::exit(1);
+        }
+    };
+    if std::fs::read_to_string(&decls).ok().as_deref() != Some(text.as_str())
+        && let Err(e) = std::fs::write(&decls, text)
+    {
+        eprintln!("error: writing {}: {e}", decls.display());
+        std::process::exit(1);
+    }
     let list = |names: &[String]| names.iter().map(|n| format!("{n:?}, ")).collect::<String>();
     let names = format!(
         "/// The `.entry` kernels of [`KERNELS_TESTS`], in file order.\n\

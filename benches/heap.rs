@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::rpc::Client;
-use warpalloc_device::rpc::wire::{LANE_WORDS, Opcode};
+use warpalloc_device::rpc::wire::{LANE_WORDS, Reply, Request};
 use warpalloc_device::sync::AtomicU32;
 use warpalloc_host::{Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, fill};
@@ -27,9 +27,9 @@ fn sim_heap(config: HeapConfig) -> Heap {
 }
 
 fn ping(client: &Client<'_>, n: u64) -> u64 {
-    let mut args = [0u64; LANE_WORDS];
-    args[0] = n;
-    client.call(1, Opcode::Ping, args)[0]
+    let mut words = [0u64; LANE_WORDS];
+    words[0] = n;
+    client.call(1, &Request::Ping { words }, Reply::read_ping)[0]
 }
 
 fn rpc(c: &mut Criterion) {
@@ -90,15 +90,16 @@ fn first_touch(c: &mut Criterion) {
                     });
                     heap.launcher_mut().simulator_config().workers = 1;
                     let n = (blocks * threads) as usize;
-                    let mut stats = vec![0u64; STATS_WORDS];
-                    let mut ptrs = vec![0u64; n];
-                    let mut sizes = vec![0u32; n];
-                    let mut counts = vec![0u32; n];
+                    let l = heap.launcher();
+                    let stats = l.alloc_zeroed::<u64>(STATS_WORDS).expect("buffer");
+                    let ptrs = l.alloc_zeroed::<u64>(n).expect("buffer");
+                    let sizes = l.alloc_zeroed::<u32>(n).expect("buffer");
+                    let counts = l.alloc_zeroed::<u32>(n).expect("buffer");
                     let args = fill::Args {
-                        stats: stats.as_mut_ptr(),
-                        ptrs: ptrs.as_mut_ptr(),
-                        sizes: sizes.as_mut_ptr(),
-                        counts: counts.as_mut_ptr(),
+                        stats: stats.kernel_ptr(),
+                        ptrs: ptrs.kernel_ptr(),
+                        sizes: sizes.kernel_ptr(),
+                        counts: counts.kernel_ptr(),
                         per_thread: 1,
                         seed: 7,
                         max_small: 8192,
@@ -108,6 +109,7 @@ fn first_touch(c: &mut Criterion) {
                     // outlive the launch.
                     unsafe { heap.launch((blocks, 1, 1), (threads, 1, 1), args) }.expect("launch");
                     total += start.elapsed();
+                    let stats = heap.launcher().read(&stats).expect("read");
                     assert_eq!(stats[2], 0, "out of memory in a benchmark");
                 }
                 total

@@ -1,19 +1,22 @@
 //! warpalloc: `malloc`/`free` inside Rust GPU kernels.
 //!
-//! This crate is the launcher side: [`Heap`] (a device heap served by the
-//! RPC server and backed by CUDA virtual memory, or by its emulation in the
-//! simulator), the embedded PTX of the test and stress kernels ([`ptx`]), and
-//! the `warpalloc` command-line tool.
+//! This crate is the tool's side: the embedded PTX of the test and stress
+//! kernels ([`ptx`]) and the `warpalloc` command-line tool. The heap
+//! ([`Heap`]) lives in `warpalloc-host` and is re-exported here.
 
-pub mod heap;
-
-pub use heap::{Heap, HeapConfig, HeapStats, Mode, RpcCounts};
+pub use warpalloc_host::{Heap, HeapConfig, HeapStats, Mode, RpcCounts};
 
 /// The device code, built to PTX by `build.rs` (warpalloc-builder).
 pub mod ptx {
     /// `kernels-tests` (with `warpalloc-device`) as one PTX module for `sm_75`,
     /// which ptxas and the driver also accept for sm_80..sm_90+.
     pub const KERNELS_TESTS: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_tests.ptx"));
+
+    /// [`KERNELS_TESTS`] with every function body emptied: the same globals
+    /// and entry points, quick to parse where parsing is slow (the emulated
+    /// device under Miri).
+    pub const KERNELS_TESTS_DECLARATIONS: &str =
+        include_str!(concat!(env!("OUT_DIR"), "/kernels_tests_declarations.ptx"));
 
     include!(concat!(env!("OUT_DIR"), "/kernels_tests_names.rs"));
 }

@@ -3,15 +3,22 @@
 
 mod cli;
 
+/// Simulated kernels (the `collections` stress kernel's `Vec`, `Box` and
+/// `String`) allocate through warpalloc, as they do on the GPU; the rest of
+/// the program through the system allocator (see `WarpAlloc`).
+#[global_allocator]
+static GLOBAL: warpalloc_device::WarpAlloc = warpalloc_device::WarpAlloc;
+
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cli::bench::{self, BenchArgs};
-use cli::common::{Schedule, heap_config, multiprocessors, open_heap};
+use cli::common::{Schedule, heap_config, open_heap};
 use cli::stress::{self, KERNELS, StressArgs};
 use warpalloc::ptx;
 use warpalloc_host::backing::CudaVmm;
-use warpalloc_host::{HostError, Launcher, Prefer, Target, gpu};
+use warpalloc_host::device::{Cuda, cuda};
+use warpalloc_host::{HostError, Prefer};
 use warpalloc_sim::Convergence;
 
 #[derive(Parser)]
@@ -75,7 +82,8 @@ enum Command {
         /// Kernels to run (default: all).
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(KERNELS))]
         kernels: Vec<String>,
-        /// Blocks (default: 16 in the simulator, 8 per SM on a GPU).
+        /// Blocks (default: 8 per SM of the device; the emulated device has
+        /// 2).
         #[arg(long)]
         blocks: Option<u32>,
         /// Threads per block.
@@ -113,8 +121,8 @@ enum Command {
         /// Request sizes (bytes).
         #[arg(long, value_delimiter = ',', default_values_t = [4u32, 64, 1024, 8192])]
         sizes: Vec<u32>,
-        /// Thread counts (default: 1024,4096 in the simulator;
-        /// 10240,102400,1048576 on a GPU).
+        /// Thread counts (default: a quarter of the device's resident
+        /// threads, all of them, and four times as many).
         #[arg(long, value_delimiter = ',')]
         threads: Vec<u32>,
         /// malloc+free rounds per thread.
@@ -168,14 +176,14 @@ fn main() -> ExitCode {
             schedule,
         } => (|| {
             let mut heap = open_heap(prefer, heap_config(pool_slabs, limit), schedule.schedule())?;
-            let sms = multiprocessors(&heap);
+            let sms = heap.launcher().info().multiprocessors;
             let args = StressArgs {
                 kernels: if kernels.is_empty() {
                     KERNELS.iter().map(|k| k.to_string()).collect()
                 } else {
                     kernels
                 },
-                blocks: blocks.unwrap_or(if sms == 0 { 16 } else { 8 * sms }),
+                blocks: blocks.unwrap_or(8 * sms.max(1)),
                 threads,
                 iterations,
                 max_size,
@@ -190,7 +198,7 @@ fn main() -> ExitCode {
                     serde_json::to_string_pretty(&report).unwrap_or_default()
                 );
             } else {
-                stress::print(&report, &heap);
+                stress::print(&report);
             }
             Ok(if report.ok {
                 ExitCode::SUCCESS
@@ -206,16 +214,6 @@ fn main() -> ExitCode {
             json,
             schedule,
         } => (|| {
-            let on_gpu = !cli.simulator && gpu::driver_present() && gpu::Gpu::open(0).is_ok();
-            let threads = if threads.is_empty() {
-                if on_gpu {
-                    vec![10_240, 102_400, 1_048_576]
-                } else {
-                    vec![1024, 4096]
-                }
-            } else {
-                threads
-            };
             let args = BenchArgs {
                 sizes,
                 threads,
@@ -256,27 +254,26 @@ fn info() -> Result<ExitCode, HostError> {
         ptx::KERNEL_NAMES.len(),
         ptx::KERNEL_NAMES.join(", ")
     );
-    if !gpu::driver_present() {
+    if !cuda::driver_present() {
         println!("GPU: none ({})", HostError::NoDriver);
         return Ok(ExitCode::SUCCESS);
     }
-    match Launcher::new(ptx::KERNELS_TESTS, Prefer::Gpu) {
-        Ok(launcher) => {
-            if let Target::Gpu { gpu, .. } = launcher.target() {
-                let i = gpu.info();
-                println!("GPU: {}", launcher.target());
-                println!(
-                    "  resident warps: {} (RPC ports: {})",
-                    i.resident_warps(),
-                    warpalloc_device::rpc::wire::port_count_for(i.resident_warps())
-                );
-                match CudaVmm::new(std::sync::Arc::clone(gpu.context())) {
-                    Ok(vmm) => println!(
-                        "  virtual memory management: supported, granularity {} bytes",
-                        vmm.granularity()
-                    ),
-                    Err(e) => println!("  virtual memory management: {e}"),
-                }
+    match Cuda::open(0) {
+        Ok(gpu) => {
+            use warpalloc_host::device::Device;
+            let i = gpu.info();
+            println!("GPU: {i}");
+            println!(
+                "  resident warps: {} (RPC ports: {})",
+                i.resident_warps(),
+                warpalloc_device::rpc::wire::port_count_for(i.resident_warps())
+            );
+            match CudaVmm::new(std::sync::Arc::clone(gpu.context())) {
+                Ok(vmm) => println!(
+                    "  virtual memory management: supported, granularity {} bytes",
+                    vmm.granularity()
+                ),
+                Err(e) => println!("  virtual memory management: {e}"),
             }
         }
         Err(e) => println!("GPU: none ({e})"),

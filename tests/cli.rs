@@ -42,7 +42,7 @@ fn demo_in_the_simulator_gives_every_thread_a_unique_ticket() {
 
 #[test]
 fn requiring_a_gpu_without_one_is_a_clear_error() {
-    if warpalloc_host::gpu::driver_present() {
+    if warpalloc_host::device::cuda::driver_present() {
         return; // This machine has a driver: the GPU path is tested by the GPU check.
     }
     let (ok, text) = warpalloc(&["--gpu", "demo"]);
@@ -51,7 +51,10 @@ fn requiring_a_gpu_without_one_is_a_clear_error() {
         text.contains("a GPU was required: no CUDA driver"),
         "{text}"
     );
-    assert!(text.contains("simulator still runs"), "{text}");
+    assert!(
+        !text.contains("simulator still runs"),
+        "--gpu must not promise the simulator: {text}"
+    );
 }
 
 #[test]
@@ -114,6 +117,36 @@ fn stress_fails_loudly_on_a_planted_corruption() {
         "{text}"
     );
     assert!(text.contains("stress: FAILED"), "{text}");
+}
+
+/// Every stress kernel allocates through warpalloc in the simulator —
+/// `collections` (Vec/Box/String) included, through the tool's global
+/// allocator — and the report shows the heap's traffic for each.
+#[test]
+fn stress_shows_heap_traffic_for_every_kernel() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--blocks",
+        "2",
+        "--threads",
+        "64",
+        "--iterations",
+        "2",
+        "--workers",
+        "1",
+        "--json",
+    ]);
+    assert!(ok, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let kernels = report["kernels"].as_array().expect("kernels");
+    assert_eq!(kernels.len(), 7, "{text}");
+    for k in kernels {
+        let name = k["kernel"].as_str().unwrap_or("?");
+        let traffic = k["heap_traffic"].as_u64().expect("heap_traffic");
+        assert!(traffic > 0, "{name}: no heap traffic: {k}");
+        assert_eq!(k["live_after"].as_u64(), Some(0), "{name}: {k}");
+    }
 }
 
 #[test]

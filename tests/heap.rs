@@ -1,48 +1,45 @@
-//! The `Heap` end to end in the simulator: kernels ↔ RPC mailbox ↔ the
-//! server thread ↔ `HostEmulated` backing, in both modes; the server stopped
-//! and restarted between heaps; out-of-memory under a limit; injected mapping
-//! faults; every byte accounted for, and everything unmapped after a trim.
+//! The `Heap` end to end on the emulated device: kernels ↔ RPC mailbox ↔
+//! the server thread ↔ `HostEmulated` backing, in both modes; the server
+//! stopped and restarted between heaps; out-of-memory under a limit;
+//! injected mapping faults; every byte accounted for, and everything
+//! unmapped after a trim; a module built with another heap layout refused.
+
+mod support;
 
 use std::sync::Mutex;
 
+use support::{assert_empty, buffer, heap_with, read, run, stats};
 use warpalloc::{Heap, HeapConfig, Mode};
-use warpalloc_device::kernel::Kernel;
-use warpalloc_host::backing::{CHUNK, Refusal};
-use warpalloc_host::{Launcher, Prefer, server};
+use warpalloc_device::sim::LaunchConfig;
+use warpalloc_host::backing::{GRANULE, Refusal};
+use warpalloc_host::{HostError, Launcher, Prefer, server};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats, churn, drain, drain_transfer, fill};
 
 /// Tests that look at the process-wide server thread run one at a time.
 static SERVER: Mutex<()> = Mutex::new(());
 
-fn heap(config: HeapConfig, seed: u64, workers: usize) -> Heap {
-    let mut launcher =
-        Launcher::new(warpalloc::ptx::KERNELS_TESTS, Prefer::Simulator).expect("launcher");
-    let cfg = launcher.simulator_config();
-    cfg.seed = seed;
-    cfg.workers = workers;
-    Heap::new(launcher, config).expect("simulator heap")
-}
-
-fn launch<K: Kernel>(heap: &mut Heap, grid: u32, block: u32, args: K) {
-    // SAFETY: the tests' buffers are sized for the kernels and outlive the
-    // launch.
-    if let Err(e) = unsafe { heap.launch((grid, 1, 1), (block, 1, 1), args) } {
-        panic!("{}: {e}", K::NAME);
-    }
+fn schedule(seed: u64, workers: usize) -> impl Fn(LaunchConfig) -> LaunchConfig {
+    move |c| c.seed(seed).workers(workers)
 }
 
 /// Churns `blocks × 128` threads with handoffs, then frees what is left.
-fn churn_all(heap: &mut Heap, blocks: u32, iterations: u32, large_one_in: u32, seed: u32) -> Stats {
-    let mut stats = vec![0u64; STATS_WORDS];
+fn churn_all(
+    heap: &mut Heap,
+    sched: &dyn Fn(LaunchConfig) -> LaunchConfig,
+    blocks: u32,
+    iterations: u32,
+    large_one_in: u32,
+    seed: u32,
+) -> Stats {
+    let stats_buf = buffer::<u64>(heap, STATS_WORDS);
     let slots = 256;
-    let mut transfer = vec![0u64; slots as usize];
-    launch(
+    let transfer = buffer::<u64>(heap, slots as usize);
+    run(
         heap,
-        blocks,
-        128,
+        &sched(LaunchConfig::linear(blocks, 128)),
         churn::Args {
-            stats: stats.as_mut_ptr(),
-            transfer: transfer.as_mut_ptr(),
+            stats: stats_buf.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
             slots,
             seed,
             iterations,
@@ -50,74 +47,27 @@ fn churn_all(heap: &mut Heap, blocks: u32, iterations: u32, large_one_in: u32, s
             large_one_in,
         },
     );
-    launch(
+    run(
         heap,
-        2,
-        64,
+        &sched(LaunchConfig::linear(2, 64)),
         drain_transfer::Args {
-            stats: stats.as_mut_ptr(),
-            transfer: transfer.as_mut_ptr(),
+            stats: stats_buf.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
             slots,
         },
     );
-    Stats::from_words(&stats)
-}
-
-/// Everything freed: the region holds only the device's cached and pooled
-/// slabs, and after a trim (pool mode: the pool) nothing is mapped.
-#[track_caller]
-fn assert_all_returned(heap: &mut Heap, context: &str) {
-    let s = heap.stats().expect("stats");
-    assert_eq!(
-        s.device.double_frees + s.device.invalid_frees,
-        0,
-        "{context}: {:?}",
-        s.device
-    );
-    assert_eq!(
-        s.region.in_use_bytes,
-        (s.cached_slabs + s.pool_slabs) * CHUNK,
-        "{context}: bytes in use beyond the cached and pooled slabs: {s:?}"
-    );
-    let pooled = (s.cached_slabs + s.pool_slabs) * CHUNK;
-    heap.trim().expect("trim");
-    let s = heap.stats().expect("stats");
-    match heap.mode() {
-        // The pool's slabs stay mapped, cached or not.
-        Mode::Pool { slabs } => {
-            assert_eq!(
-                s.region.mapped_bytes, pooled,
-                "{context}: mapped after trim: {s:?}"
-            );
-            assert_eq!(
-                pooled,
-                u64::from(slabs) * CHUNK,
-                "{context}: the pool lost slabs"
-            );
-        }
-        Mode::Rpc => {
-            assert_eq!(
-                s.region.mapped_bytes, 0,
-                "{context}: mapped after trim: {s:?}"
-            );
-            assert_eq!(s.cached_slabs, 0);
-        }
-    }
+    stats(heap, &stats_buf)
 }
 
 #[test]
 fn rpc_mode_serves_thousands_of_requests() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     for (seed, workers) in [(1, 1), (2, 2)] {
-        let mut heap = heap(
-            HeapConfig {
-                slab_cache: 0,
-                ..HeapConfig::default()
-            },
-            seed,
-            workers,
-        );
-        let s = churn_all(&mut heap, 16, 12, 64, seed as u32);
+        let mut heap = heap_with(HeapConfig {
+            slab_cache: 0,
+            ..HeapConfig::default()
+        });
+        let s = churn_all(&mut heap, &schedule(seed, workers), 16, 12, 64, seed as u32);
         let context = format!("rpc, seed {seed}, {workers} worker(s)");
         assert_eq!(
             (s.corrupt, s.broken, s.nulls),
@@ -128,7 +78,7 @@ fn rpc_mode_serves_thousands_of_requests() {
         let st = heap.stats().unwrap();
         assert!(
             st.rpc.allocs >= 100,
-            "{context}: only {} ALLOC requests",
+            "{context}: only {} Alloc requests",
             st.rpc.allocs
         );
         assert_eq!(
@@ -140,23 +90,19 @@ fn rpc_mode_serves_thousands_of_requests() {
             st.traffic.large_allocations > 0,
             "{context}: no large block"
         );
-        assert_all_returned(&mut heap, &context);
+        assert_empty(&mut heap, &context);
     }
 }
 
 #[test]
 fn pool_mode_needs_no_rpc_for_slabs() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut heap = heap(
-        HeapConfig {
-            mode: Mode::Pool { slabs: 64 },
-            ..HeapConfig::default()
-        },
-        3,
-        1,
-    );
-    assert_eq!(heap.stats().unwrap().pool_slabs, 64);
-    let s = churn_all(&mut heap, 8, 10, 0, 3);
+    let mut heap = heap_with(HeapConfig {
+        mode: Mode::Pool { slabs: 64 },
+        ..HeapConfig::default()
+    });
+    assert_eq!(heap.stats().unwrap().live.pool_slabs, 64);
+    let s = churn_all(&mut heap, &schedule(3, 1), 8, 10, 0, 3);
     assert_eq!((s.corrupt, s.broken, s.nulls), (0, 0, 0), "{s:?}");
     let st = heap.stats().unwrap();
     assert_eq!(
@@ -165,12 +111,17 @@ fn pool_mode_needs_no_rpc_for_slabs() {
         "pool mode used RPC for slabs: {st:?}"
     );
     assert!(st.traffic.slabs_from_provider > 0);
-    assert_all_returned(&mut heap, "pool");
+    assert_empty(&mut heap, "pool");
+    assert_eq!(
+        heap.stats().unwrap().region.mapped_bytes,
+        64 * GRANULE,
+        "the pool lost slabs"
+    );
     // Large blocks still go to the server.
-    let s = churn_all(&mut heap, 4, 6, 8, 4);
+    let s = churn_all(&mut heap, &schedule(4, 1), 4, 6, 8, 4);
     assert_eq!((s.corrupt, s.broken, s.nulls), (0, 0, 0), "{s:?}");
     assert!(heap.stats().unwrap().rpc.allocs > 0);
-    assert_all_returned(&mut heap, "pool with large blocks");
+    assert_empty(&mut heap, "pool with large blocks");
 }
 
 #[test]
@@ -178,11 +129,11 @@ fn the_server_stops_with_the_last_heap_and_restarts() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     for round in 0..3 {
         let (_, starts) = server::running();
-        let mut heap = heap(HeapConfig::default(), round, 1);
+        let mut heap = heap_with(HeapConfig::default());
         let (running, now) = server::running();
         assert!(running);
         assert_eq!(now, starts + 1, "round {round}: the server did not restart");
-        let s = churn_all(&mut heap, 2, 4, 0, round as u32);
+        let s = churn_all(&mut heap, &schedule(round, 1), 2, 4, 0, round as u32);
         assert_eq!((s.corrupt, s.nulls), (0, 0));
         drop(heap);
         assert!(
@@ -195,83 +146,67 @@ fn the_server_stops_with_the_last_heap_and_restarts() {
 #[test]
 fn a_small_limit_gives_nulls_and_refusals_not_crashes() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut heap = heap(
-        HeapConfig {
-            limit: Some(8 * CHUNK),
-            slab_cache: 2,
-            slots: 256,
-            ..HeapConfig::default()
-        },
-        5,
-        1,
-    );
+    let mut heap = heap_with(HeapConfig {
+        limit: Some(8 * GRANULE),
+        slab_cache: 2,
+        slots: 256,
+        ..HeapConfig::default()
+    });
     let threads = 4 * 64;
     let per_thread = 48u32;
-    let mut stats = vec![0u64; STATS_WORDS];
-    let mut ptrs = vec![0u64; threads * per_thread as usize];
-    let mut sizes = vec![0u32; threads * per_thread as usize];
-    let mut counts = vec![0u32; threads];
-    let args =
-        |stats: &mut Vec<u64>, ptrs: &mut Vec<u64>, sizes: &mut Vec<u32>, counts: &mut Vec<u32>| {
-            (
-                stats.as_mut_ptr(),
-                ptrs.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                counts.as_mut_ptr(),
-            )
-        };
-    let (st, p, sz, c) = args(&mut stats, &mut ptrs, &mut sizes, &mut counts);
-    launch(
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    let ptrs = buffer::<u64>(&heap, threads * per_thread as usize);
+    let sizes = buffer::<u32>(&heap, threads * per_thread as usize);
+    let counts = buffer::<u32>(&heap, threads);
+    run(
         &mut heap,
-        4,
-        64,
+        &LaunchConfig::linear(4, 64).seed(5),
         fill::Args {
-            stats: st,
-            ptrs: p,
-            sizes: sz,
-            counts: c,
+            stats: stats_buf.kernel_ptr(),
+            ptrs: ptrs.kernel_ptr(),
+            sizes: sizes.kernel_ptr(),
+            counts: counts.kernel_ptr(),
             per_thread,
             seed: 5,
             max_small: 32 << 10,
         },
     );
-    let s = Stats::from_words(&stats);
+    let s = stats(&heap, &stats_buf);
     assert!(s.nulls > 0, "{s:?}");
     let hs = heap.stats().unwrap();
     assert!(hs.region.refused(Refusal::Limit) > 0, "{hs:?}");
-    assert!(hs.region.mapped_bytes <= 8 * CHUNK);
-    launch(
+    assert!(hs.region.mapped_bytes <= 8 * GRANULE);
+    // What the kernel holds is what the heap counts as live.
+    let held: u32 = read(&heap, &counts).iter().sum();
+    assert_eq!(hs.live.live_allocations(), u64::from(held), "{:?}", hs.live);
+    assert_eq!(hs.device.out_of_memory, s.nulls);
+    run(
         &mut heap,
-        4,
-        64,
+        &LaunchConfig::linear(4, 64).seed(5),
         drain::Args {
-            stats: st,
-            ptrs: p,
-            sizes: sz,
-            counts: c,
+            stats: stats_buf.kernel_ptr(),
+            ptrs: ptrs.kernel_ptr(),
+            sizes: sizes.kernel_ptr(),
+            counts: counts.kernel_ptr(),
             per_thread,
             shift: 131,
         },
     );
-    let s = Stats::from_words(&stats);
+    let s = stats(&heap, &stats_buf);
     assert_eq!((s.corrupt, s.broken), (0, 0), "{s:?}");
     assert_eq!(s.allocs, s.frees);
-    assert_all_returned(&mut heap, "limit");
+    assert_empty(&mut heap, "limit");
 }
 
 #[test]
 fn injected_mapping_faults_give_nulls_and_leak_nothing() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut heap = heap(
-        HeapConfig {
-            slab_cache: 1,
-            ..HeapConfig::default()
-        },
-        6,
-        1,
-    );
+    let mut heap = heap_with(HeapConfig {
+        slab_cache: 1,
+        ..HeapConfig::default()
+    });
     heap.fail_every(3);
-    let s = churn_all(&mut heap, 8, 10, 16, 6);
+    let s = churn_all(&mut heap, &schedule(6, 1), 8, 10, 16, 6);
     assert_eq!((s.corrupt, s.broken), (0, 0), "{s:?}");
     assert!(s.nulls > 0, "no allocation saw an injected fault: {s:?}");
     assert_eq!(s.allocs, s.frees);
@@ -279,7 +214,7 @@ fn injected_mapping_faults_give_nulls_and_leak_nothing() {
     assert!(hs.region.refused(Refusal::InjectedFault) > 0);
     assert_eq!(hs.device.out_of_memory, s.nulls, "{hs:?}");
     heap.fail_every(0);
-    assert_all_returned(&mut heap, "faults");
+    assert_empty(&mut heap, "faults");
 }
 
 #[test]
@@ -288,33 +223,30 @@ fn thousands_of_pings_from_many_warps_each_answered_once() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     // Fewer ports than warps: warps contend for ports.
     for (seed, workers, ports) in [(7, 1, 16), (8, 2, 64)] {
-        let mut heap = heap(
-            HeapConfig {
-                ports: Some(ports),
-                ..HeapConfig::default()
-            },
-            seed,
-            workers,
-        );
-        let mut locks = vec![0u32; (ports as usize).div_ceil(32)];
-        let mut stats = vec![0u64; 2];
+        let mut heap = heap_with(HeapConfig {
+            ports: Some(ports),
+            ..HeapConfig::default()
+        });
+        let locks = buffer::<u32>(&heap, (ports as usize).div_ceil(32));
+        let stats_buf = buffer::<u64>(&heap, 2);
         let (blocks, threads, rounds) = (16u32, 128u32, 3u32);
-        let mailbox = heap.ports().cast_mut();
-        launch(
+        let mailbox = std::ptr::with_exposed_provenance_mut(heap.device_ports() as usize);
+        run(
             &mut heap,
-            blocks,
-            threads,
+            &LaunchConfig::linear(blocks, threads)
+                .seed(seed)
+                .workers(workers),
             rpc_ping::Args {
                 ports: mailbox,
                 port_count: ports,
-                locks: locks.as_mut_ptr(),
-                stats: stats.as_mut_ptr(),
+                locks: locks.kernel_ptr(),
+                stats: stats_buf.kernel_ptr(),
                 rounds,
             },
         );
         let calls = u64::from(blocks * threads * rounds);
         assert_eq!(
-            stats,
+            read(&heap, &stats_buf),
             [0, calls],
             "seed {seed}: mismatched echoes or missing calls"
         );
@@ -323,6 +255,77 @@ fn thousands_of_pings_from_many_warps_each_answered_once() {
             calls,
             "seed {seed}: requests lost or duplicated"
         );
-        assert!(locks.iter().all(|&w| w == 0), "a port left locked");
+        assert!(
+            read(&heap, &locks).iter().all(|&w| w == 0),
+            "a port left locked"
+        );
     }
+}
+
+/// The PTX with `WARPALLOC_HEAP_LAYOUT`'s initialiser or `WARPALLOC_HEAP`'s
+/// size changed by `edit`.
+fn edited_ptx(edit: impl Fn(&str) -> String) -> String {
+    warpalloc::ptx::KERNELS_TESTS
+        .lines()
+        .map(|l| {
+            if l.starts_with(".visible .global") && l.contains("WARPALLOC_HEAP") {
+                edit(l)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_module_built_with_another_heap_layout_is_refused() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let refuse = |ptx: &str, what: &str| {
+        let launcher = Launcher::new(ptx, Prefer::Simulator).expect("launcher");
+        match Heap::new(launcher, HeapConfig::default()) {
+            Err(HostError::HeapLayout(why)) => {
+                assert!(why.contains(what), "{why:?} does not name {what:?}")
+            }
+            Err(e) => panic!("another error than HeapLayout: {e}"),
+            Ok(_) => panic!("a heap on a module with another layout ({what})"),
+        }
+    };
+    // Word 4 of the layout is the error record's offset: move it by 8.
+    refuse(
+        &edited_ptx(|l| {
+            if !l.contains("WARPALLOC_HEAP_LAYOUT") {
+                return l.to_string();
+            }
+            let (head, init) = l.split_once('{').expect("an initialiser");
+            let mut bytes: Vec<u64> = init
+                .trim_end_matches("};")
+                .split(',')
+                .map(|b| b.trim().parse().expect("a byte"))
+                .collect();
+            bytes.resize(8 * 14, 0);
+            bytes[4 * 8] += 8;
+            let list: Vec<String> = bytes.iter().map(u64::to_string).collect();
+            format!("{head}{{{}}};", list.join(", "))
+        }),
+        "errors",
+    );
+    // A heap global 16 bytes longer than the layout says.
+    refuse(
+        &edited_ptx(|l| {
+            if l.contains("WARPALLOC_HEAP_LAYOUT") {
+                return l.to_string();
+            }
+            let (head, rest) = l.split_once('[').expect("an array");
+            let (n, tail) = rest.split_once(']').expect("a length");
+            let n: u64 = n.parse().expect("a size");
+            format!("{head}[{}]{tail}", n + 16)
+        }),
+        "WARPALLOC_HEAP is",
+    );
+    // No layout at all: a module of another warpalloc.
+    refuse(
+        &edited_ptx(|l| l.replace("WARPALLOC_HEAP_LAYOUT", "SOMETHING_ELSE")),
+        "no WARPALLOC_HEAP_LAYOUT",
+    );
 }

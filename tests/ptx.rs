@@ -113,3 +113,49 @@ fn ptxas_assembles_without_spills() {
         "functions spill registers:\n{spills}\nfull report:\n{table}"
     );
 }
+
+/// The device heap's layout as the PTX carries it (the initialiser of
+/// `WARPALLOC_HEAP_LAYOUT` and the size of `WARPALLOC_HEAP`) is the host's:
+/// a field that exists on one side only, or is laid out differently, fails
+/// here — on the CPU, before any GPU run.
+#[test]
+fn the_ptx_carries_the_hosts_heap_layout() {
+    use warpalloc_device::abi::{HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout};
+    use warpalloc_device::heap::LAYOUT;
+    let module = warpalloc_host::device::ptx::parse(ptx::KERNELS_TESTS).expect("the PTX parses");
+    let words = module
+        .global(LAYOUT_SYMBOL)
+        .unwrap_or_else(|| panic!("the PTX has no {LAYOUT_SYMBOL}"));
+    assert_eq!(words.size, 8 * LAYOUT_WORDS);
+    let mut bytes = words.init.clone();
+    bytes.resize(words.size, 0);
+    let words: [u64; LAYOUT_WORDS] = std::array::from_fn(|i| {
+        u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+    });
+    let theirs = Layout::from_words(&words).expect("the layout magic");
+    assert_eq!(
+        theirs.first_difference(&LAYOUT),
+        None,
+        "the PTX's device heap is laid out differently: (field, PTX, host)"
+    );
+    let heap = module
+        .global(HEAP_SYMBOL)
+        .expect("the PTX has WARPALLOC_HEAP");
+    assert_eq!(
+        (heap.size as u64, heap.align as u64),
+        (LAYOUT.size, LAYOUT.align),
+        "WARPALLOC_HEAP's declaration (size, align) differs from the host's DeviceHeap"
+    );
+    assert!(heap.init.is_empty(), "WARPALLOC_HEAP must start all zero");
+}
+
+/// The declarations-only module (what the Miri tests load) declares exactly
+/// the full module's globals and entry points.
+#[test]
+fn the_declarations_module_declares_what_the_module_does() {
+    use warpalloc_host::device::ptx::parse;
+    let full = parse(ptx::KERNELS_TESTS).expect("the PTX parses");
+    let decls = parse(ptx::KERNELS_TESTS_DECLARATIONS).expect("the declarations parse");
+    assert_eq!(full, decls);
+    assert!(ptx::KERNELS_TESTS_DECLARATIONS.len() * 10 < ptx::KERNELS_TESTS.len());
+}

@@ -42,7 +42,7 @@ use std::process::Command;
 
 pub use arch::{Arch, ParseArchError};
 pub use nested_env::is_scrubbed;
-pub use ptxfile::{PtxFunction, PtxSymbols, functions, reachable, symbols};
+pub use ptxfile::{PtxFunction, PtxSymbols, declarations, functions, reachable, symbols};
 pub use toolchain::{LLVM_TOOLS, REQUIRED_COMPONENTS, Toolchain, toolchain_name};
 
 /// The rustc target the kernels are built for.

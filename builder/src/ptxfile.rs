@@ -115,6 +115,32 @@ pub fn functions(ptx: &str) -> Vec<PtxFunction> {
     out
 }
 
+/// The module with every function body emptied: its header, globals and
+/// function declarations, each defined function as `{` `}`. Small enough to
+/// parse quickly where parsing is slow (the emulated device under Miri), and
+/// declaring exactly the same globals and entry points. Like [`functions`],
+/// it relies on LLVM's layout: a body's braces stand at the start of their
+/// lines.
+pub fn declarations(ptx: &str) -> String {
+    let mut out = String::new();
+    let mut in_body = false;
+    for line in ptx.lines() {
+        if in_body {
+            if line.starts_with('}') {
+                in_body = false;
+                out.push_str("}\n");
+            }
+            continue;
+        }
+        if line.starts_with('{') {
+            in_body = true;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 /// `root` and every function it calls, transitively (those defined in `fns`).
 pub fn reachable<'a>(fns: &'a [PtxFunction], root: &str) -> Vec<&'a PtxFunction> {
     let mut seen: Vec<&PtxFunction> = Vec::new();

@@ -10,17 +10,17 @@
 //! | `malloc(0)`, a size too large to round, `aligned_alloc` with a non-power-of-two alignment | null |
 //! | no heap bound, or no memory | null (counted in the heap's error record) |
 //! | `free(null)` | nothing |
-//! | `free` of a chunk already free, or of a pointer into a freed slab or block | nothing; counted as a double free |
+//! | `free` of a block already free, or of a pointer into a freed slab or block | nothing; counted as a double free |
 //! | `free` of a pointer the heap never handed out (outside its region, a slab header, inside a large block) | nothing; counted as an invalid free |
 //! | `calloc(n, size)` with `n · size` overflowing | null |
 //! | `realloc(null, n)` | `malloc(n)` |
 //! | `realloc(p, 0)` | frees `p`, returns null |
 //! | `realloc` of a pointer the heap never handed out | null; counted as an invalid free; nothing freed |
 //!
-//! `free` of any address inside a live chunk frees that chunk (this is what
+//! `free` of any address inside a live block frees that block (this is what
 //! lets over-aligned pointers from `aligned_alloc` free correctly). A double
-//! free is caught until the chunk is handed out again; after that it frees
-//! the new owner's chunk, as in every allocator without per-allocation tags.
+//! free is caught until the block is handed out again; after that it frees
+//! the new owner's block, as in every allocator without per-allocation tags.
 
 use core::alloc::{GlobalAlloc, Layout};
 
@@ -39,9 +39,9 @@ pub fn heap() -> Option<&'static DeviceHeap> {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         let binding = warpalloc_sim::binding();
-        // SAFETY: a launch's binding word is, by the contract of
-        // `SimHeap::launch_config`, the address of a `DeviceHeap` that
-        // outlives the launch.
+        // SAFETY: a launch's binding word is 0 or the address of the
+        // `DeviceHeap` of the launched module (the emulated device sets it
+        // to the module's `WARPALLOC_HEAP`), which outlives the launch.
         (binding != 0)
             .then(|| unsafe { &*core::ptr::with_exposed_provenance::<DeviceHeap>(binding) })
     }
@@ -124,7 +124,7 @@ pub unsafe fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
     moved
 }
 
-/// Bytes usable at `ptr` (to the end of its chunk or block), 0 for a pointer
+/// Bytes usable at `ptr` (to the end of its block), 0 for a pointer
 /// that is not a live allocation of this heap.
 pub fn usable_size(ptr: *const u8) -> usize {
     heap().map_or(0, |h| h.usable_size(ptr) as usize)
@@ -134,10 +134,12 @@ pub fn usable_size(ptr: *const u8) -> usize {
 /// = WarpAlloc;` in the kernel crate makes `alloc::{Box, Vec, String}` use
 /// warpalloc.
 ///
-/// On the host the same declaration serves simulator lanes of a launch bound
-/// to a heap from that heap, and everything else (the test harness, the
-/// simulator itself) from the system allocator; a pointer is freed by the
-/// heap whose region holds it, or by the system.
+/// On the host the same declaration (in the program that launches simulated
+/// kernels) serves the lanes of a launch bound to a heap from that heap, and
+/// everything else (the host program, the simulator itself) from the system
+/// allocator. A pointer is freed by the registered heap whose region holds it
+/// (see `registry`), wherever the free happens, and by the system allocator
+/// only when no heap's region holds it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WarpAlloc;
 
@@ -167,7 +169,7 @@ unsafe impl GlobalAlloc for WarpAlloc {
             crate::WARPALLOC_HEAP.deallocate(simt::activemask(), ptr);
         }
         #[cfg(not(target_arch = "nvptx64"))]
-        match crate::sim_heap::owner_of(ptr) {
+        match crate::registry::owner_of(ptr.expose_provenance() as u64) {
             Some(heap) => heap.deallocate(simt::activemask(), ptr),
             // SAFETY: not in any heap's region, so the system allocator made
             // it, with this layout (our caller's contract).

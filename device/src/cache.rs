@@ -14,14 +14,14 @@
 //! is mapped and clean (all bitfield bits zero), owned by the cache.
 
 use crate::simt::Scope;
-use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, SharedArray, fence};
 
 /// A bounded set of up to `N` cached slab addresses (`repr(C)`: the
 /// entries come first).
 #[repr(C)]
 #[derive(Debug)]
 pub struct SlabCache<const N: usize> {
-    entries: [AtomicU64; N],
+    entries: SharedArray<AtomicU64, N>,
     /// Where the last push landed: pushes and pops start scanning there.
     hint: AtomicU32,
 }
@@ -31,7 +31,7 @@ impl<const N: usize> SlabCache<N> {
     #[cfg(not(loom))]
     pub const fn new() -> Self {
         SlabCache {
-            entries: [const { AtomicU64::new(0) }; N],
+            entries: SharedArray::new([const { AtomicU64::new(0) }; N]),
             hint: AtomicU32::new(0),
         }
     }
@@ -40,7 +40,7 @@ impl<const N: usize> SlabCache<N> {
     #[cfg(loom)]
     pub fn new() -> Self {
         SlabCache {
-            entries: core::array::from_fn(|_| AtomicU64::new(0)),
+            entries: SharedArray::new(core::array::from_fn(|_| AtomicU64::new(0))),
             hint: AtomicU32::new(0),
         }
     }
@@ -59,7 +59,7 @@ impl<const N: usize> SlabCache<N> {
         let start = self.hint.load(Ordering::Relaxed) as usize;
         for i in 0..limit {
             let at = (start + i) % limit;
-            if self.entries[at].compare_exchange(0, slab).is_ok() {
+            if self.entries.get(at).compare_exchange(0, slab).is_ok() {
                 self.hint.store(at as u32, Ordering::Relaxed);
                 return true;
             }
@@ -77,8 +77,8 @@ impl<const N: usize> SlabCache<N> {
         for i in 0..limit {
             let at = (start + limit - i) % limit;
             // A cheap look first: most entries are empty when the cache is.
-            if self.entries[at].load(Ordering::Relaxed) != 0 {
-                let slab = self.entries[at].swap(0);
+            if self.entries.get(at).load(Ordering::Relaxed) != 0 {
+                let slab = self.entries.get(at).swap(0);
                 if slab != 0 {
                     // ORDERING: acquire (gpu), pairs with the release fence
                     // in `push`.
@@ -93,7 +93,7 @@ impl<const N: usize> SlabCache<N> {
     /// Takes every cached slab, calling `f` on each (host side, when no
     /// kernel runs; or a trim).
     pub fn drain(&self, mut f: impl FnMut(u64)) {
-        for entry in &self.entries {
+        for entry in self.entries.iter(N) {
             let slab = entry.swap(0);
             if slab != 0 {
                 f(slab);
@@ -103,7 +103,7 @@ impl<const N: usize> SlabCache<N> {
 
     /// Calls `f` on every cached slab, leaving them cached (for checks).
     pub fn for_each(&self, mut f: impl FnMut(u64)) {
-        for entry in &self.entries {
+        for entry in self.entries.iter(N) {
             let slab = entry.load(Ordering::Relaxed);
             if slab != 0 {
                 f(slab);
@@ -114,7 +114,7 @@ impl<const N: usize> SlabCache<N> {
     /// Cached slabs now.
     pub fn len(&self) -> usize {
         self.entries
-            .iter()
+            .iter(N)
             .filter(|e| e.load(Ordering::Relaxed) != 0)
             .count()
     }

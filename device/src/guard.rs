@@ -65,8 +65,9 @@ pub mod plant {
     /// No bug.
     pub const NONE: u32 = 0;
     pub use super::{
-        PUBLISH_BEFORE_COUNT, PUBLISH_WITHOUT_RELEASE, RELEASE_WITHOUT_SWAP,
-        RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE, UNLOCK_WITHOUT_ACQUIRE,
+        POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_BEFORE_COUNT, PUBLISH_WITHOUT_RELEASE,
+        RELEASE_WITHOUT_SWAP, RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE,
+        UNLOCK_WITHOUT_ACQUIRE,
     };
 
     /// Plants `bug` (or `NONE`) for the models that run next.
@@ -99,6 +100,13 @@ pub const RPC_FLIP_BEFORE_RELEASE: u32 = 5;
 /// Planted bug: the RPC server answers without the release fence, so the
 /// client can read a reply that is not written yet.
 pub const RPC_REPLY_WITHOUT_RELEASE: u32 = 6;
+/// Planted bug: the slab pool swings its head without changing the tag, so a
+/// pop that read a stale link wins its CAS after the same slab came back on
+/// top (ABA) and hands a slab out twice.
+pub const POOL_WITHOUT_TAG: u32 = 7;
+/// Planted bug: the slab pool's push links the slab without the release
+/// fence, so a popper can use the slab before the pusher's writes to it.
+pub const POOL_PUSH_WITHOUT_RELEASE: u32 = 8;
 
 /// Whether `bug` is planted (always false outside loom builds).
 #[inline(always)]
@@ -329,7 +337,7 @@ impl Guard {
     /// now owns its destruction: it must dispose of the slab, then call
     /// [`Guard::vacate`].
     pub fn unlock(&self, n: u64) -> Option<u64> {
-        // ORDERING: release (gpu): our accesses to the slab (chunk data,
+        // ORDERING: release (gpu): our accesses to the slab (block data,
         // bitfield) happen-before its destruction by whichever lane wins it;
         // pairs with the acquire fence below on the winning side.
         fence(Ordering::Release, Scope::Gpu);
@@ -346,7 +354,7 @@ impl Guard {
 
     /// Empties the slot after its slab was disposed of.
     pub fn vacate(&self) {
-        // ORDERING: release (gpu): the disposal (cache push, chunk table)
+        // ORDERING: release (gpu): the disposal (cache push, granule table)
         // happens-before a later claim of this slot.
         fence(Ordering::Release, Scope::Gpu);
         self.ptr.store(0, Ordering::Relaxed);

@@ -16,6 +16,35 @@
 //!
 //! The unsafe code that touches hardware lives in `simt::nvptx`, `sync` and
 //! `panic`; everything above them is portable.
+//!
+//! # Words
+//!
+//! | word | meaning |
+//! |---|---|
+//! | block | what one `malloc` returns: a slot of a slab's class size, or a large block |
+//! | large block | a request of 1 MiB or more: whole granules straight from the host |
+//! | slab | 2 MiB aligned to 2 MiB, serving blocks of one size class; header, bitfield, blocks |
+//! | size class | one of 46 block sizes from 16 B to 1 MiB (`size_class`) |
+//! | region | the heap's one range of device address space, reserved by the host |
+//! | granule | a 2 MiB unit of the region; the granule table says what each one is |
+//! | slot | an entry of the slot table: a reference-counted guard publishing one slab |
+//! | cache | released empty slabs kept mapped for reuse on the device |
+//! | pool | slabs the host mapped before launch (pool mode), a stack on the device |
+//! | mailbox, port | the RPC channel to the host in pinned host memory; a port per warp at a time |
+//! | lane_mask | the lanes that are here, calling together |
+//! | uniform | the lanes of `lane_mask` that share a target (a slab, a slot) |
+//!
+//! # Modules
+//!
+//! ```text
+//!   api            malloc, free, calloc, realloc, aligned_alloc, WarpAlloc
+//!   heap           DeviceHeap: the front end; search (slot search); check
+//!   abi            what the host configures and reads, and the layout both agree on
+//!   size_class  slab  guard  cache  pool  granule    the allocator's parts
+//!   rpc            wire (typed requests/replies), client, mailbox, server steps
+//!   simt  sync     the hardware (or the simulator, or loom)
+//!   kernel         kernel!{}: one function, a PTX entry point and a simulator kernel
+//! ```
 
 #![no_std]
 #![cfg_attr(
@@ -31,19 +60,22 @@ extern crate std;
 // Under loom only the lock-free protocols are built (their model tests are
 // in `tests/loom.rs`); the heap needs const atomics and real memory.
 #[cfg(not(loom))]
+pub mod abi;
+#[cfg(not(loom))]
 mod api;
 pub mod cache;
+#[cfg(not(loom))]
+pub mod granule;
 pub mod guard;
 #[cfg(not(loom))]
 pub mod heap;
 pub mod kernel;
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
 mod panic;
-#[cfg(not(loom))]
-pub mod provider;
-pub mod rpc;
+pub mod pool;
 #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
-pub mod sim_heap;
+pub mod registry;
+pub mod rpc;
 pub mod simt;
 pub mod size_class;
 #[cfg(not(loom))]
@@ -51,16 +83,24 @@ pub mod slab;
 pub mod sync;
 
 #[cfg(not(loom))]
+pub use abi::{Errors, Traffic};
+#[cfg(not(loom))]
 pub use api::{WarpAlloc, aligned_alloc, calloc, free, heap, malloc, realloc, usable_size};
 #[cfg(not(loom))]
-pub use heap::{DeviceHeap, Errors, Traffic};
+pub use heap::DeviceHeap;
 
-/// The heap of every kernel in a module: configured by the host through
-/// `cuModuleGetGlobal` before launch. Zero-initialised: until the host binds
-/// it, every allocation returns null.
+/// The heap of every kernel in a module: configured by the host (through
+/// `cuModuleGetGlobal` on a GPU) before launch. Zero-initialised: until the
+/// host binds it, every allocation returns null.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
 pub static WARPALLOC_HEAP: DeviceHeap = DeviceHeap::new();
+
+/// The layout of [`WARPALLOC_HEAP`] as this module was compiled: the host
+/// compares it with its own before it touches the heap (`abi::Layout`).
+#[cfg(target_arch = "nvptx64")]
+#[unsafe(no_mangle)]
+pub static WARPALLOC_HEAP_LAYOUT: [u64; abi::LAYOUT_WORDS] = heap::LAYOUT.words();
 
 /// Re-exported for `kernel!`'s expansion and for hosts that launch kernels
 /// in the simulator.

@@ -1,16 +1,16 @@
-//! A slab: 2 MiB, aligned to 2 MiB, serving chunks of one size class.
+//! A slab: 2 MiB, aligned to 2 MiB, serving blocks of one size class.
 //!
 //! ```text
 //!   0        4        8        12       16                data           2 MiB
 //!   ┌────────┬────────┬────────┬────────┬──────────────┬─────┬──────────────┐
-//!   │ chunk  │ slot   │ words  │ magic  │ bitfield[]   │ pad │ chunks[]     │
+//!   │ block  │ slot   │ words  │ magic  │ bitfield[]   │ pad │ blocks[]     │
 //!   └────────┴────────┴────────┴────────┴──────────────┴─────┴──────────────┘
 //!   header (16 B)                        words × u32     to data_align
 //! ```
 //!
-//! Bit `i` of the bitfield is set while chunk `i` (at `data + i·chunk`) is
+//! Bit `i` of the bitfield is set while block `i` (at `data + i·block`) is
 //! allocated. A pointer that is not 2 MiB aligned belongs to the slab at its
-//! 2 MiB boundary (the header sits where no chunk can); the chunk table of the
+//! 2 MiB boundary (the header sits where no block can); the block table of the
 //! heap says whether that slab is live before anything here is read.
 //!
 //! Invariants: `set bits ≤ usable`; bits `≥ usable` are never set; a bit is
@@ -28,8 +28,8 @@ pub const MAGIC: u32 = 0x5741_534c;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Header {
-    /// Chunk bytes of the slab's class.
-    pub chunk: u32,
+    /// Block bytes of the slab's class.
+    pub block: u32,
     /// The slot that publishes the slab.
     pub slot: u32,
     /// Bitfield words of the class (kept when the slab is cached, so that a
@@ -99,7 +99,7 @@ impl Slab {
             // header is in bounds and aligned.
             unsafe {
                 self.header_ptr().write(Header {
-                    chunk: geo.chunk,
+                    block: geo.block,
                     slot,
                     words: geo.words,
                     magic: MAGIC,
@@ -125,25 +125,25 @@ impl Slab {
         simt::syncwarp(group);
     }
 
-    /// The chunk index of `addr` in a slab of class `geo`, if `addr` lies in
-    /// a chunk's bytes.
+    /// The block index of `addr` in a slab of class `geo`, if `addr` lies in
+    /// a block's bytes.
     #[inline(always)]
     pub fn index_of(self, addr: u64, geo: Geometry) -> Option<u32> {
         let offset = addr.checked_sub(self.0 + u64::from(geo.data))?;
-        let index = offset / u64::from(geo.chunk);
+        let index = offset / u64::from(geo.block);
         (index < u64::from(geo.usable)).then_some(index as u32)
     }
 
-    /// The address of chunk `index`.
+    /// The address of block `index`.
     #[inline(always)]
-    pub fn chunk_addr(self, index: u32, geo: Geometry) -> u64 {
-        self.0 + u64::from(geo.data) + u64::from(index) * u64::from(geo.chunk)
+    pub fn block_addr(self, index: u32, geo: Geometry) -> u64 {
+        self.0 + u64::from(geo.data) + u64::from(index) * u64::from(geo.block)
     }
 
-    /// Allocates one chunk for each lane of `uniform` (lanes that share this
+    /// Allocates one block for each lane of `uniform` (lanes that share this
     /// slab and each hold a reservation; `reserved` is the lane's 1-based
     /// position among the slab's reservations). All lanes of `uniform` call
-    /// it; each gets a distinct chunk.
+    /// it; each gets a distinct block.
     ///
     /// The walk starts at the group's position (in a fresh slab that is where
     /// the free bits are), lanes that land in one word set their bits with one
@@ -193,7 +193,7 @@ impl Slab {
                 }
                 let before = simt::shfl_u32(waiting, before, head);
                 if before & (1 << bit) == 0 {
-                    result = self.chunk_addr(index, geo);
+                    result = self.block_addr(index, geo);
                 }
                 let after = before | run_mask;
                 let still = simt::ballot(waiting, result == 0);
@@ -210,20 +210,20 @@ impl Slab {
             waiting = simt::ballot(uniform, result == 0);
         }
         // ORDERING: acquire (gpu): pairs with the release fence of the lane
-        // that freed the chunk (`deallocate`): its accesses to the chunk
+        // that freed the block (`deallocate`): its accesses to the block
         // happen-before ours.
         fence(Ordering::Acquire, Scope::Gpu);
         result
     }
 
-    /// Clears chunk `index`'s bit. `true` if it was set (a real free), `false`
+    /// Clears block `index`'s bit. `true` if it was set (a real free), `false`
     /// if it was already clear (a double free: nothing changed).
     ///
     /// # Safety
     /// The caller holds a reference to this live slab, and `index < usable`.
     pub unsafe fn deallocate(self, index: u32) -> bool {
         let bit = 1u32 << (index % WORD_BITS);
-        // ORDERING: release (gpu): the freeing lane's accesses to the chunk
+        // ORDERING: release (gpu): the freeing lane's accesses to the block
         // happen-before the next owner's (pairs with the acquire fence at
         // the end of `allocate`).
         fence(Ordering::Release, Scope::Gpu);
@@ -239,38 +239,12 @@ impl Slab {
     #[inline(always)]
     pub unsafe fn geometry(self) -> Option<Geometry> {
         // SAFETY: the caller's contract.
-        let chunk = unsafe { self.header() }.chunk;
-        if chunk < 16 || chunk as u64 > SLAB_SIZE / 2 {
+        let block = unsafe { self.header() }.block;
+        if block < 16 || block as u64 > SLAB_SIZE / 2 {
             return None;
         }
-        let geo = geometry(class_index(chunk));
-        (geo.chunk == chunk).then_some(geo)
-    }
-
-    /// Set bits of the bitfield (for checks; not atomic as a whole).
-    ///
-    /// # Safety
-    /// As for [`Slab::header`].
-    pub unsafe fn count_set(self, geo: Geometry) -> u32 {
-        (0..geo.words)
-            // SAFETY: every `i < geo.words`.
-            .map(|i| unsafe { self.word(i) }.load(Ordering::Relaxed).count_ones())
-            .sum()
-    }
-
-    /// Whether any bit at or above `usable` is set (never, by the invariant).
-    ///
-    /// # Safety
-    /// As for [`Slab::header`].
-    pub unsafe fn has_phantom_bits(self, geo: Geometry) -> bool {
-        let last = geo.usable / WORD_BITS;
-        let used = geo.usable % WORD_BITS;
-        (last..geo.words).any(|i| {
-            // SAFETY: `i < geo.words`.
-            let w = unsafe { self.word(i) }.load(Ordering::Relaxed);
-            let valid = if i == last { (1u32 << used) - 1 } else { 0 };
-            w & !valid != 0
-        })
+        let geo = geometry(class_index(block));
+        (geo.block == block).then_some(geo)
     }
 }
 

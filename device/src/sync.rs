@@ -238,3 +238,57 @@ pub fn snooze(nanoseconds: u32) {
     #[cfg(not(loom))]
     crate::simt::nanosleep(nanoseconds);
 }
+
+/// `N` elements shared between lanes (atomics, or structs of atomics) in one
+/// `UnsafeCell`, handed out one element at a time. The layout is `[T; N]`'s.
+///
+/// ```text
+///   UnsafeCell< [ T | T | T | ... | T ] >      get(i): &T, by pointer offset
+/// ```
+///
+/// Why not a plain `[T; N]`: Miri checks every shared reference to a value
+/// with interior mutability by visiting each `UnsafeCell` inside it, so a
+/// reference to a heap of 100 000 atomics costs 100 000 steps — at every call
+/// of a method on it. Behind one outer `UnsafeCell` the whole array is one
+/// interior-mutable range, and `get` never makes a reference to the whole
+/// array. On the GPU and the host it compiles to the same address
+/// arithmetic as indexing.
+#[repr(transparent)]
+pub struct SharedArray<T, const N: usize>(core::cell::UnsafeCell<[T; N]>);
+
+// SAFETY: the array only hands out shared references to its elements, which
+// are `Sync`; it is exactly as shareable as `[T; N]`.
+unsafe impl<T: Sync, const N: usize> Sync for SharedArray<T, N> {}
+
+impl<T, const N: usize> SharedArray<T, N> {
+    const MASK: usize = {
+        assert!(N.is_power_of_two());
+        N - 1
+    };
+
+    /// The array of `elements`.
+    pub const fn new(elements: [T; N]) -> Self {
+        SharedArray(core::cell::UnsafeCell::new(elements))
+    }
+
+    /// Element `index % N` (`N` is a power of two: a mask, never a panic).
+    #[inline(always)]
+    pub fn get(&self, index: usize) -> &T {
+        let base = self.0.get().cast::<T>();
+        // SAFETY: `index & MASK < N`, inside the array; elements are only
+        // ever accessed through shared references (their own interior
+        // mutability), so a shared reference to one is always valid.
+        unsafe { &*base.add(index & Self::MASK) }
+    }
+
+    /// Elements `0..n` (at most `N`), one at a time.
+    pub fn iter(&self, n: usize) -> impl Iterator<Item = &T> + '_ {
+        (0..n.min(N)).map(move |i| self.get(i))
+    }
+}
+
+impl<T: core::fmt::Debug, const N: usize> core::fmt::Debug for SharedArray<T, N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "SharedArray<{N}>")
+    }
+}

@@ -19,6 +19,7 @@ use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::thread;
 use warpalloc_device::cache::SlabCache;
 use warpalloc_device::guard::{Guard, Lock, plant};
+use warpalloc_device::pool::SlabPool;
 
 /// The planted bug is process-wide: models run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -236,4 +237,101 @@ fn cache_hands_each_slab_to_one_taker() {
 #[should_panic(expected = "Causality violation")]
 fn planted_publish_before_count_is_caught() {
     model(plant::PUBLISH_BEFORE_COUNT, claim_race);
+}
+
+/// A pooled slab: a payload its owner writes, and an ownership flag that
+/// catches a slab handed to two owners at once.
+struct PooledSlab {
+    payload: UnsafeCell<u64>,
+    owned: AtomicU32,
+}
+
+struct PoolWorld {
+    pool: SlabPool<4>,
+    slabs: [PooledSlab; 2],
+}
+
+impl PoolWorld {
+    fn new() -> Self {
+        let pool = SlabPool::new();
+        pool.push(1);
+        pool.push(0);
+        PoolWorld {
+            pool,
+            slabs: std::array::from_fn(|_| PooledSlab {
+                payload: UnsafeCell::new(0),
+                owned: AtomicU32::new(0),
+            }),
+        }
+    }
+
+    /// Pops a slab and takes ownership; `None` when the pool is empty.
+    fn take(&self) -> Option<u32> {
+        let g = self.pool.pop()?;
+        let slab = &self.slabs[g as usize];
+        assert_eq!(
+            slab.owned.swap(1, Ordering::Relaxed),
+            0,
+            "pool broken: a slab handed out twice"
+        );
+        // SAFETY: loom checks the access against the previous owner's.
+        let seen = slab.payload.with(|p| unsafe { *p });
+        assert!(
+            seen == 0 || seen == 0xfeed,
+            "a slab's contents torn: {seen}"
+        );
+        Some(g)
+    }
+
+    /// Writes the slab as an owner does, and gives it back.
+    fn give(&self, g: u32) {
+        let slab = &self.slabs[g as usize];
+        // SAFETY: we own the slab; loom checks the access.
+        slab.payload.with_mut(|p| unsafe { *p = 0xfeed });
+        slab.owned.store(0, Ordering::Relaxed);
+        self.pool.push(g);
+    }
+}
+
+/// One thread takes a slab twice; the other takes two, gives the first
+/// back, then the second: the interleaving that lets an untagged head win
+/// a stale CAS (ABA).
+fn pool_aba() {
+    let world = Arc::new(PoolWorld::new());
+    let other = {
+        let w = Arc::clone(&world);
+        thread::spawn(move || {
+            let first = w.take();
+            let second = w.take();
+            if let Some(g) = first {
+                w.give(g);
+            }
+            if let Some(g) = second {
+                w.give(g);
+            }
+        })
+    };
+    let mine: Vec<u32> = (0..2).filter_map(|_| world.take()).collect();
+    for g in mine {
+        world.give(g);
+    }
+    other.join().unwrap();
+    assert_eq!(world.pool.len(), 2, "pool broken: a slab lost (ABA)");
+}
+
+#[test]
+fn pool_hands_each_slab_to_one_taker() {
+    model(plant::NONE, pool_aba);
+}
+
+#[test]
+#[should_panic(expected = "pool broken")]
+fn planted_pool_without_tag_is_caught() {
+    model(plant::POOL_WITHOUT_TAG, pool_aba);
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn planted_pool_push_without_release_is_caught() {
+    model(plant::POOL_PUSH_WITHOUT_RELEASE, pool_aba);
 }

@@ -11,7 +11,7 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32 as LoomU32, Ordering as LoomOrdering};
 use loom::thread;
 use warpalloc_device::guard::plant;
-use warpalloc_device::rpc::wire::{LANE_WORDS, Opcode, Port};
+use warpalloc_device::rpc::wire::{LANE_WORDS, Port, Reply, Request};
 use warpalloc_device::rpc::{Client, poll};
 use warpalloc_device::sync::AtomicU32;
 
@@ -23,15 +23,28 @@ struct Mailbox {
     served: LoomU32,
 }
 
-fn args(n: u64) -> [u64; LANE_WORDS] {
+fn words(n: u64) -> [u64; LANE_WORDS] {
     let mut a = [0u64; LANE_WORDS];
     a[0] = n;
     a[1] = n * 7;
     a
 }
 
-/// Two calls and a no-wait send in between; the server adds 100 to a call's
-/// words and counts the sends.
+/// The request's two checked words.
+fn pair(r: &Request) -> (u64, u64) {
+    match *r {
+        Request::Ping { words } => (words[0], words[1]),
+        Request::Free { addr, bytes }
+        | Request::Alloc {
+            bytes: addr,
+            align: bytes,
+        } => (addr, bytes),
+    }
+}
+
+/// Two calls (a ping, an alloc) and a no-wait free in between; the server
+/// answers a ping with the complement, an alloc with `bytes + 100`, and
+/// counts the frees.
 fn exchange() {
     let mailbox = Arc::new(Mailbox {
         ports: vec![Port::new(), Port::new()].into_boxed_slice(),
@@ -48,15 +61,21 @@ fn exchange() {
                     if let Some(request) = poll(port) {
                         worked = true;
                         assert_eq!(request.lane_mask(), 1, "server read a stale header");
-                        let a = request.args(0);
+                        let r = request
+                            .request(0)
+                            .unwrap_or_else(|s| panic!("server read a bad request: {s:?}"));
+                        let (a, b) = pair(&r);
                         assert!(
-                            a[0] != 0 && a[1] == a[0] * 7,
-                            "server read arguments not written yet: {a:?}"
+                            a != 0 && b == a * 7,
+                            "server read arguments not written yet: {r:?}"
                         );
-                        seen.push((request.opcode(), a[0]));
-                        let mut ret = a;
-                        ret.iter_mut().for_each(|w| *w += 100);
-                        request.reply(0, ret);
+                        seen.push((r.opcode() as u32, a));
+                        let reply = match r {
+                            Request::Ping { words } => Reply::Ping(words.map(|w| !w)),
+                            Request::Alloc { bytes, .. } => Reply::Alloc(Ok(bytes + 100)),
+                            Request::Free { .. } => Reply::Free(Ok(())),
+                        };
+                        request.reply(0, &reply);
                         request.finish();
                         m.served.fetch_add(1, LoomOrdering::Relaxed);
                     }
@@ -70,20 +89,16 @@ fn exchange() {
     };
     // SAFETY: two ports, alive for the whole model, served by one server.
     let client = unsafe { Client::new(mailbox.ports.as_ptr().cast_mut(), 2, &mailbox.locks) };
-    let r1 = client.call(1, Opcode::Ping, args(1));
-    assert_eq!(r1[..2], [101, 107], "client read a reply not written yet");
-    client.send(1, Opcode::Free, args(2));
-    let r3 = client.call(1, Opcode::Ping, args(3));
-    assert_eq!(r3[..2], [103, 121], "client read a reply not written yet");
+    let r1 = client.call(1, &Request::Ping { words: words(1) }, Reply::read_ping);
+    assert_eq!(r1[..2], [!1, !7], "client read a reply not written yet");
+    client.free(1, 2, 14);
+    let r3 = client.alloc(1, 3, 21);
+    assert_eq!(r3, Ok(103), "client read a reply not written yet");
     let mut seen = server.join().unwrap();
     seen.sort_unstable_by_key(|&(_, n)| n);
     assert_eq!(
         seen,
-        [
-            (Opcode::Ping as u32, 1),
-            (Opcode::Free as u32, 2),
-            (Opcode::Ping as u32, 3)
-        ],
+        [(3, 1), (2, 2), (1, 3)],
         "a request lost or served twice"
     );
 }

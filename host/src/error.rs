@@ -10,11 +10,11 @@ pub enum HostError {
     /// libcuda could not be loaded.
     #[error(
         "no CUDA driver: libcuda could not be loaded (install the NVIDIA driver, or check \
-         LD_LIBRARY_PATH); the CPU simulator still runs every kernel"
+         LD_LIBRARY_PATH)"
     )]
     NoDriver,
     /// The driver loaded but sees no GPU.
-    #[error("the CUDA driver sees no GPU ({0}); the CPU simulator still runs every kernel")]
+    #[error("the CUDA driver sees no GPU ({0})")]
     NoDevice(String),
     /// A driver call failed.
     #[error("CUDA driver call {call} failed: {source}")]
@@ -56,17 +56,25 @@ pub enum HostError {
     /// The RPC server thread could not be started.
     #[error("could not start the RPC server thread: {0}")]
     Server(std::io::Error),
-    /// The module's `WARPALLOC_HEAP` has another layout than this program's
-    /// device heap: they were built from different warpalloc versions.
+    /// The module's device heap has another layout than this program's
+    /// `DeviceHeap`: they were built from different warpalloc sources.
     #[error(
-        "the module's WARPALLOC_HEAP is {found} bytes, this program's device heap {expected}:          rebuild the kernels with this warpalloc"
+        "the module's WARPALLOC_HEAP does not match this program's device heap ({0}): \
+         rebuild the kernels with this warpalloc"
     )]
-    HeapLayout {
-        /// Bytes in the module.
-        found: usize,
-        /// Bytes expected.
-        expected: usize,
-    },
+    HeapLayout(String),
+    /// The host could not allocate memory standing for device memory.
+    #[error("out of host memory ({0} bytes) for the emulated device")]
+    OutOfHostMemory(usize),
+    /// Too many modules with a heap are loaded on the emulated device.
+    #[error("more than {0} emulated modules with a WARPALLOC_HEAP are loaded at once")]
+    TooManyHeaps(usize),
+    /// A device heap's state is inconsistent (a broken invariant).
+    #[error("the device heap is corrupt: {0}")]
+    HeapCorrupt(String),
+    /// The RPC server did not take a request in time.
+    #[error("the RPC server did not take a request within {0:?}")]
+    ServerTimeout(std::time::Duration),
 }
 
 impl HostError {

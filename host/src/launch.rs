@@ -1,171 +1,157 @@
-//! `Launcher`: one way to launch kernels and move their data, on a GPU when
-//! there is one and in the CPU warp simulator otherwise.
+//! `Launcher`: one PTX module on one device — a GPU when there is one, the
+//! emulated device (the CPU warp simulator) otherwise — with buffers to move
+//! the kernels' data. Everything here goes through the device interface
+//! (`device`), the same calls on both.
 
 use std::fmt;
-use std::time::Duration;
+use std::marker::PhantomData;
+use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
-use warpalloc_device::kernel::Kernel;
-use warpalloc_sim::{Convergence, LaunchConfig, LaunchStats};
+use warpalloc_sim::{Convergence, LaunchConfig};
 
 use crate::HostError;
-use crate::gpu::{Gpu, Module};
+use crate::device::{
+    Allocation, Cuda, Device, DeviceInfo, Emulated, Launch, LaunchReport, Module, emulated,
+};
 
 /// Where to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prefer {
-    /// The GPU when one is usable, else the simulator.
+    /// The GPU when one is usable, else the emulated device.
     Auto,
     /// The GPU, or an error saying why not.
     Gpu,
-    /// The simulator, even when a GPU is present.
+    /// The emulated device, even when a GPU is present.
     Simulator,
 }
 
-/// Where a launcher runs kernels.
-pub enum Target {
-    /// A GPU with the module loaded.
-    Gpu {
-        /// The device.
-        gpu: Box<Gpu>,
-        /// The kernels' module.
-        module: Module,
-    },
-    /// The CPU warp simulator.
-    Simulator {
-        /// Why not a GPU (`None` when the simulator was asked for).
-        why: Option<String>,
-    },
-}
-
-/// Launches kernels of one PTX module on a GPU, or the same kernels (compiled
-/// into this program) in the simulator.
+/// Launches kernels of one PTX module on one device.
 pub struct Launcher {
-    target: Target,
+    // Field order is drop order: the module before its device.
+    module: Box<dyn Module>,
+    device: Arc<dyn Device>,
+    /// Why not a GPU, when `Auto` fell back to the emulated device.
+    why_not_gpu: Option<String>,
     sim: LaunchConfig,
 }
 
-/// What one launch did.
-#[derive(Debug, Clone, Copy)]
-pub struct LaunchReport {
-    /// Wall time from launch to completion.
-    pub elapsed: Duration,
-    /// The simulator's counters (`None` on a GPU).
-    pub simulator: Option<LaunchStats>,
-}
-
 impl Launcher {
-    /// A launcher for `ptx` (the kernels as PTX; the simulator runs the same
-    /// kernels as compiled into this program).
+    /// A launcher for `ptx` (the kernels as PTX; the emulated device sizes
+    /// the module's globals from it and runs the same kernels as compiled
+    /// into this program) on the device `prefer` names.
     pub fn new(ptx: &str, prefer: Prefer) -> Result<Launcher, HostError> {
-        let target = match prefer {
-            Prefer::Simulator => Target::Simulator { why: None },
-            Prefer::Gpu => {
-                Self::gpu_target(ptx).map_err(|e| HostError::GpuRequired(Box::new(e)))?
-            }
-            Prefer::Auto => match Self::gpu_target(ptx) {
-                Ok(target) => target,
-                Err(why) => Target::Simulator {
-                    why: Some(why.to_string()),
-                },
+        let (device, why_not_gpu): (Arc<dyn Device>, _) = match prefer {
+            Prefer::Simulator => (Arc::new(Emulated::default()), None),
+            Prefer::Gpu => (
+                Arc::new(Cuda::open(0).map_err(|e| HostError::GpuRequired(Box::new(e)))?),
+                None,
+            ),
+            Prefer::Auto => match Cuda::open(0) {
+                Ok(gpu) => (Arc::new(gpu), None),
+                Err(why) => (
+                    Arc::new(Emulated::new(emulated::DEFAULT_MEMORY)),
+                    Some(why.to_string()),
+                ),
             },
         };
+        Self::on(device, ptx).map(|mut l| {
+            l.why_not_gpu = why_not_gpu;
+            l
+        })
+    }
+
+    /// A launcher for `ptx` on `device`.
+    pub fn on(device: Arc<dyn Device>, ptx: &str) -> Result<Launcher, HostError> {
+        let module = device.load_module(ptx)?;
         Ok(Launcher {
-            target,
+            module,
+            device,
+            why_not_gpu: None,
             sim: LaunchConfig::linear(1, 1)
                 .workers(default_workers())
                 .convergence(Convergence::Converged),
         })
     }
 
-    fn gpu_target(ptx: &str) -> Result<Target, HostError> {
-        let gpu = Gpu::open(0)?;
-        let module = gpu.load(ptx)?;
-        Ok(Target::Gpu {
-            gpu: Box::new(gpu),
-            module,
-        })
+    /// The device.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
     }
 
-    /// Where kernels run.
-    pub fn target(&self) -> &Target {
-        &self.target
+    /// The module.
+    pub fn module(&self) -> &dyn Module {
+        &*self.module
     }
 
-    /// Whether kernels run on a GPU.
+    /// What the device is.
+    pub fn info(&self) -> &DeviceInfo {
+        self.device.info()
+    }
+
+    /// Whether kernels run on a GPU (not the emulated device).
     pub fn on_gpu(&self) -> bool {
-        matches!(self.target, Target::Gpu { .. })
+        !self.device.info().emulated
     }
 
     /// The simulator's launch settings (seed, workers, convergence...);
-    /// the grid and block of each launch replace those in it. Defaults: seed
-    /// 0, one worker per core, converged warps. No effect on a GPU.
+    /// the grid, block and binding of each launch replace those in it.
+    /// Defaults: seed 0, one worker per core, converged warps. No effect on
+    /// a GPU.
     pub fn simulator_config(&mut self) -> &mut LaunchConfig {
         &mut self.sim
     }
 
     /// A zeroed buffer of `len` elements where kernels can reach it.
-    pub fn alloc_zeroed<T: DeviceRepr + ValidAsZeroBits + Copy + Default>(
-        &self,
-        len: usize,
-    ) -> Result<Buffer<T>, HostError> {
-        match &self.target {
-            Target::Gpu { gpu, .. } => gpu
-                .stream()
-                .alloc_zeros(len)
-                .map(Buffer::Gpu)
-                .map_err(HostError::driver("cuMemAlloc")),
-            Target::Simulator { .. } => Ok(Buffer::Host(vec![T::default(); len])),
-        }
+    pub fn alloc_zeroed<T: bytemuck::Pod>(&self, len: usize) -> Result<Buffer<T>, HostError> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or(HostError::OutOfHostMemory(usize::MAX))?;
+        Ok(Buffer {
+            memory: self.device.alloc_zeroed(bytes)?,
+            len,
+            _element: PhantomData,
+        })
+    }
+
+    /// A buffer holding a copy of `data`.
+    pub fn upload<T: bytemuck::Pod>(&self, data: &[T]) -> Result<Buffer<T>, HostError> {
+        let buffer = self.alloc_zeroed::<T>(data.len())?;
+        // SAFETY: the buffer is ours, as large as `data`, and no kernel runs
+        // on it yet.
+        unsafe {
+            self.device
+                .write(buffer.memory.addr(), bytemuck::cast_slice(data))
+        }?;
+        Ok(buffer)
     }
 
     /// Copies a buffer back to the host.
-    pub fn read<T: DeviceRepr + Copy>(&self, buffer: &Buffer<T>) -> Result<Vec<T>, HostError> {
-        match (buffer, &self.target) {
-            (Buffer::Gpu(slice), Target::Gpu { gpu, .. }) => gpu
-                .stream()
-                .clone_dtoh(slice)
-                .map_err(HostError::driver("cuMemcpyDtoH")),
-            (Buffer::Host(v), _) => Ok(v.clone()),
-            (Buffer::Gpu(_), Target::Simulator { .. }) => Err(HostError::InvalidPtx(
-                "a GPU buffer cannot be read through a simulator launcher".into(),
-            )),
-        }
+    pub fn read<T: bytemuck::Pod>(&self, buffer: &Buffer<T>) -> Result<Vec<T>, HostError> {
+        let mut out = vec![T::zeroed(); buffer.len];
+        // SAFETY: the buffer is device memory of this launcher's device of at
+        // least `len` elements; launches are synchronous, so no kernel
+        // writes it now.
+        unsafe {
+            self.device
+                .read(buffer.memory.addr(), bytemuck::cast_slice_mut(&mut out))
+        }?;
+        Ok(out)
     }
 
     /// Launches `args`' kernel on `grid` × `block` threads and waits for it.
     ///
     /// # Safety
-    /// As for [`Kernel::run`]: the parameters must be valid for the kernel
-    /// (pointers from [`Buffer::kernel_ptr`] of buffers that are large enough
-    /// and outlive the launch).
-    pub unsafe fn launch<K: Kernel>(
+    /// As for `Kernel::run`: the parameters must be valid for the kernel
+    /// (pointers from [`Buffer::kernel_ptr`] of buffers of this launcher
+    /// that are large enough and outlive the launch).
+    pub unsafe fn launch<K: Launch>(
         &self,
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
-        args: K,
+        mut args: K,
     ) -> Result<LaunchReport, HostError> {
-        match &self.target {
-            Target::Gpu { gpu, module } => {
-                // SAFETY: forwarded from the caller.
-                let elapsed = unsafe { gpu.launch(module, grid, block, args) }?;
-                Ok(LaunchReport {
-                    elapsed,
-                    simulator: None,
-                })
-            }
-            Target::Simulator { .. } => {
-                let mut cfg = self.sim.clone();
-                cfg.grid_dim = grid;
-                cfg.block_dim = block;
-                // SAFETY: forwarded from the caller.
-                let stats = unsafe { args.simulate(&cfg) }?;
-                Ok(LaunchReport {
-                    elapsed: stats.elapsed,
-                    simulator: Some(stats),
-                })
-            }
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.module.launch(&mut args, grid, block, &self.sim) }
     }
 }
 
@@ -173,64 +159,37 @@ fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-impl fmt::Display for Target {
+impl fmt::Display for Launcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Gpu { gpu, .. } => {
-                let info = gpu.info();
-                write!(
-                    f,
-                    "GPU {}: {} (sm_{}{}, {} SMs, {:.1} GiB, driver {}.{})",
-                    info.ordinal,
-                    info.name,
-                    info.compute_capability.0,
-                    info.compute_capability.1,
-                    info.multiprocessors,
-                    info.total_memory as f64 / f64::from(1u32 << 30),
-                    info.driver_version / 1000,
-                    info.driver_version % 1000 / 10
-                )
-            }
-            Target::Simulator { why: None } => write!(f, "CPU warp simulator"),
-            Target::Simulator { why: Some(why) } => {
-                write!(f, "CPU warp simulator (no GPU: {why})")
-            }
+        write!(f, "{}", self.device.info())?;
+        if let Some(why) = &self.why_not_gpu {
+            write!(f, " (no GPU: {why})")?;
         }
+        Ok(())
     }
 }
 
-/// Memory that kernels can reach: device memory on a GPU, host memory in the
-/// simulator.
-pub enum Buffer<T> {
-    /// Device memory.
-    Gpu(CudaSlice<T>),
-    /// Host memory (simulator).
-    Host(Vec<T>),
+/// `len` elements of `T` in device memory (host memory on the emulated
+/// device); freed on drop.
+pub struct Buffer<T> {
+    memory: Box<dyn Allocation>,
+    len: usize,
+    _element: PhantomData<T>,
 }
 
-impl<T: DeviceRepr> Buffer<T> {
+impl<T> Buffer<T> {
     /// The address kernels use for this buffer.
-    pub fn kernel_ptr(&mut self) -> *mut T {
-        match self {
-            Buffer::Gpu(slice) => {
-                let stream = std::sync::Arc::clone(slice.stream());
-                let (ptr, _sync) = slice.device_ptr_mut(&stream);
-                ptr as usize as *mut T
-            }
-            Buffer::Host(v) => v.as_mut_ptr(),
-        }
+    pub fn kernel_ptr(&self) -> *mut T {
+        std::ptr::with_exposed_provenance_mut(self.memory.addr() as usize)
     }
 
     /// Elements in the buffer.
     pub fn len(&self) -> usize {
-        match self {
-            Buffer::Gpu(slice) => slice.len(),
-            Buffer::Host(v) => v.len(),
-        }
+        self.len
     }
 
     /// Whether the buffer is empty.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
 }

@@ -1,27 +1,30 @@
 //! warpalloc's host side: what lives in the program that launches kernels.
 //!
 //! ```text
-//!   your program ── Launcher ──┬── Gpu (CUDA driver through cudarc): PTX module,
-//!                              │    kernel launch, device buffers
-//!                              └── simulator (warpalloc-sim): the same kernels
-//!                                   on the CPU, host buffers
+//!   your program ── Heap ── Launcher ──┐
+//!                    │                 ▼
+//!                    │        device (one interface: Device, Module)
+//!                    │          ├── Cuda      the CUDA driver through cudarc
+//!                    │          └── Emulated  the CPU warp simulator
+//!                    ├── server   the RPC server thread (every heap's mailbox)
+//!                    └── backing  Region over CudaVmm | HostEmulated
 //! ```
 //!
-//! CUDA driver code comes in layers, as in cudarc: thin `unsafe` calls that
-//! return `Result` (cudarc's `driver::result` and `driver::sys`), then safe
-//! RAII types ([`gpu::Module`], [`Buffer`]) whose `Drop` records errors in
-//! the context instead of panicking. A machine without libcuda or without a
-//! GPU gets a typed [`HostError`], never cudarc's panic, and the simulator
-//! still runs every kernel.
+//! [`Heap`] has one code path above the device interface: CI runs all of it
+//! on the emulated device, and a GPU adds only the raw driver calls of
+//! `device::cuda`. A machine without libcuda or without a GPU gets a typed
+//! [`HostError`], never cudarc's panic.
 
 #![warn(missing_docs)]
 
 pub mod backing;
+pub mod device;
 mod error;
-pub mod gpu;
+pub mod heap;
 mod launch;
 pub mod server;
 
 pub use cudarc;
 pub use error::HostError;
-pub use launch::{Buffer, LaunchReport, Launcher, Prefer, Target};
+pub use heap::{Heap, HeapConfig, HeapStats, Mode, RpcCounts};
+pub use launch::{Buffer, Launcher, Prefer};

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
-use warpalloc_device::rpc::wire::{LANE_WORDS, Port};
+use warpalloc_device::rpc::wire::{Port, Reply, Request};
 
 /// Idle sweeps spent spinning before yielding.
 const SPIN: u32 = 64;
@@ -31,8 +31,8 @@ const YIELDS: u32 = 64;
 /// The longest an idle server sleeps: its worst wake-up latency.
 pub const PARK: Duration = Duration::from_micros(200);
 
-/// What answers a mailbox's requests: `(opcode, args) -> reply` for one lane.
-pub type Handler = dyn Fn(u32, [u64; LANE_WORDS]) -> [u64; LANE_WORDS] + Send + Sync;
+/// What answers a mailbox's requests, one lane's at a time.
+pub type Handler = dyn Fn(Request) -> Reply + Send + Sync;
 
 /// One served mailbox.
 struct Served {
@@ -189,15 +189,39 @@ fn sweep(mailbox: &Served) -> bool {
             continue;
         };
         worked = true;
-        let opcode = request.opcode();
         let mut lanes = request.lane_mask();
         while lanes != 0 {
             let lane = lanes.trailing_zeros();
             lanes &= lanes - 1;
-            let reply = (mailbox.handler)(opcode, request.args(lane));
-            request.reply(lane, reply);
+            let reply = match request.request(lane) {
+                Ok(r) => (mailbox.handler)(r),
+                Err(status) => Reply::Refused(status),
+            };
+            request.reply(lane, &reply);
         }
         request.finish();
     }
     worked
+}
+
+impl Registration {
+    /// Waits until the server has taken every request sent on the
+    /// registered ports (a kernel's `Free`s do not wait for their answers,
+    /// so some may still be in flight when the kernel ends), waking the
+    /// server meanwhile; an error after `timeout`.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<(), Duration> {
+        let start = std::time::Instant::now();
+        for i in 0..self.served.count as usize {
+            // SAFETY: `i < count` ports, alive while we are registered.
+            let port = unsafe { &*self.served.ports.add(i) };
+            while !warpalloc_device::rpc::idle(port) {
+                if start.elapsed() > timeout {
+                    return Err(timeout);
+                }
+                wake();
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
 }

@@ -1,22 +1,22 @@
 //! The region over `HostEmulated`: reuse without driver calls, aligned and
-//! contiguous runs, a physical chunk remapped elsewhere, limit / headroom /
+//! contiguous runs, a physical granule remapped elsewhere, limit / headroom /
 //! fault-injection refusals, bad frees, trim, and a model-checked random
 //! sequence (proptest) with exact accounting.
 
 use proptest::prelude::*;
-use warpalloc_host::backing::{Backing, CHUNK, HostEmulated, Refusal, Region, RegionConfig};
+use warpalloc_host::backing::{Backing, GRANULE, HostEmulated, Refusal, Region, RegionConfig};
 
 fn region(
-    reserve_chunks: u64,
-    device_chunks: u64,
+    reserve_granules: u64,
+    device_granules: u64,
     limit: Option<u64>,
     headroom: u64,
 ) -> Region<HostEmulated> {
-    let backing = HostEmulated::new(device_chunks * CHUNK).expect("emulated device");
+    let backing = HostEmulated::new(device_granules * GRANULE).expect("emulated device");
     Region::new(
         backing,
         RegionConfig {
-            reserve: Some(reserve_chunks * CHUNK),
+            reserve: Some(reserve_granules * GRANULE),
             limit,
             headroom,
         },
@@ -38,19 +38,19 @@ fn write_read(addr: u64, bytes: u64, seed: u8) {
 }
 
 #[test]
-fn freed_chunks_are_reused_without_driver_calls() {
+fn freed_granules_are_reused_without_driver_calls() {
     let mut r = region(16, 64, None, 0);
-    let a = r.allocate(CHUNK, CHUNK).unwrap();
-    let b = r.allocate(CHUNK, CHUNK).unwrap();
-    write_read(a, CHUNK, 1);
-    write_read(b, CHUNK, 2);
+    let a = r.allocate(GRANULE, GRANULE).unwrap();
+    let b = r.allocate(GRANULE, GRANULE).unwrap();
+    write_read(a, GRANULE, 1);
+    write_read(b, GRANULE, 2);
     assert_eq!(r.stats().calls.maps, 2);
-    r.free(a, CHUNK).unwrap();
-    r.free(b, CHUNK).unwrap();
+    r.free(a, GRANULE).unwrap();
+    r.free(b, GRANULE).unwrap();
     for _ in 0..10 {
-        let c = r.allocate(CHUNK, CHUNK).unwrap();
+        let c = r.allocate(GRANULE, GRANULE).unwrap();
         assert!(c == a || c == b);
-        r.free(c, CHUNK).unwrap();
+        r.free(c, GRANULE).unwrap();
     }
     let s = r.stats();
     assert_eq!(
@@ -59,72 +59,75 @@ fn freed_chunks_are_reused_without_driver_calls() {
         "{s:?}"
     );
     assert_eq!(
-        (s.mapped_bytes, s.in_use_bytes, s.free_mapped_chunks),
-        (2 * CHUNK, 0, 2)
+        (s.mapped_bytes, s.in_use_bytes, s.free_mapped_granules),
+        (2 * GRANULE, 0, 2)
     );
 }
 
 #[test]
 fn large_runs_are_contiguous_and_aligned() {
     let mut r = region(64, 128, None, 0);
-    let small = r.allocate(CHUNK, CHUNK).unwrap();
-    let big = r.allocate(5 * CHUNK, 8 * CHUNK).unwrap();
-    assert_eq!(big % (8 * CHUNK), 0);
-    assert!(big >= r.base() && big + 5 * CHUNK <= r.base() + r.len());
-    assert!(small + CHUNK <= big || big + 5 * CHUNK <= small);
-    write_read(big, 5 * CHUNK, 9);
-    assert_eq!(r.stats().in_use_bytes, 6 * CHUNK);
-    r.free(big, 5 * CHUNK).unwrap();
+    let small = r.allocate(GRANULE, GRANULE).unwrap();
+    let big = r.allocate(5 * GRANULE, 8 * GRANULE).unwrap();
+    assert_eq!(big % (8 * GRANULE), 0);
+    assert!(big >= r.base() && big + 5 * GRANULE <= r.base() + r.len());
+    assert!(small + GRANULE <= big || big + 5 * GRANULE <= small);
+    write_read(big, 5 * GRANULE, 9);
+    assert_eq!(r.stats().in_use_bytes, 6 * GRANULE);
+    r.free(big, 5 * GRANULE).unwrap();
     // The freed run is mapped: the same request maps nothing new.
     let maps = r.stats().calls.maps;
-    let again = r.allocate(5 * CHUNK, 8 * CHUNK).unwrap();
+    let again = r.allocate(5 * GRANULE, 8 * GRANULE).unwrap();
     assert_eq!(again, big);
     assert_eq!(r.stats().calls.maps, maps);
 }
 
 #[test]
-fn a_physical_chunk_keeps_its_bytes_when_remapped_elsewhere() {
-    let mut e = HostEmulated::new(64 * CHUNK).unwrap();
-    let base = e.reserve(8 * CHUNK).unwrap();
+fn a_physical_granule_keeps_its_bytes_when_remapped_elsewhere() {
+    let mut e = HostEmulated::new(64 * GRANULE).unwrap();
+    let base = e.reserve(8 * GRANULE).unwrap();
     e.map(base).unwrap();
     // SAFETY: mapped above.
     unsafe { (base as *mut u64).write(0xfeed_beef) };
     e.unmap(base).unwrap();
-    let elsewhere = base + 5 * CHUNK;
+    let elsewhere = base + 5 * GRANULE;
     e.map(elsewhere).unwrap();
-    // SAFETY: mapped above, with the spare (same memfd) chunk.
+    // SAFETY: mapped above, with the spare (same memfd) granule.
     assert_eq!(unsafe { (elsewhere as *const u64).read() }, 0xfeed_beef);
     assert_eq!(e.calls().creates, 1, "the spare was not reused");
 }
 
 #[test]
 fn limit_and_headroom_refuse_before_the_driver() {
-    let mut r = region(32, 8, Some(3 * CHUNK), 0);
+    let mut r = region(32, 8, Some(3 * GRANULE), 0);
     for _ in 0..3 {
-        r.allocate(CHUNK, CHUNK).unwrap();
+        r.allocate(GRANULE, GRANULE).unwrap();
     }
-    assert_eq!(r.allocate(CHUNK, CHUNK), Err(Refusal::Limit));
+    assert_eq!(r.allocate(GRANULE, GRANULE), Err(Refusal::Limit));
     assert_eq!(r.stats().refused(Refusal::Limit), 1);
     assert_eq!(r.stats().calls.maps, 3);
 
-    // 8 chunks of device, 3 chunks of headroom: the 6th map would leave 2.
-    let mut r = region(32, 8, None, 3 * CHUNK);
+    // 8 granules of device, 3 granules of headroom: the 6th map would leave 2.
+    let mut r = region(32, 8, None, 3 * GRANULE);
     for _ in 0..5 {
-        r.allocate(CHUNK, CHUNK).unwrap();
+        r.allocate(GRANULE, GRANULE).unwrap();
     }
-    assert_eq!(r.allocate(CHUNK, CHUNK), Err(Refusal::Headroom));
+    assert_eq!(r.allocate(GRANULE, GRANULE), Err(Refusal::Headroom));
     assert_eq!(r.stats().calls.maps, 5);
 }
 
 #[test]
 fn address_space_runs_out_cleanly() {
     let mut r = region(4, 64, None, 0);
-    assert_eq!(r.allocate(8 * CHUNK, CHUNK), Err(Refusal::NoAddressSpace));
-    let a = r.allocate(2 * CHUNK, CHUNK).unwrap();
-    r.allocate(2 * CHUNK, CHUNK).unwrap();
-    assert_eq!(r.allocate(CHUNK, CHUNK), Err(Refusal::NoAddressSpace));
-    r.free(a, 2 * CHUNK).unwrap();
-    assert!(r.allocate(CHUNK, CHUNK).is_ok());
+    assert_eq!(
+        r.allocate(8 * GRANULE, GRANULE),
+        Err(Refusal::NoAddressSpace)
+    );
+    let a = r.allocate(2 * GRANULE, GRANULE).unwrap();
+    r.allocate(2 * GRANULE, GRANULE).unwrap();
+    assert_eq!(r.allocate(GRANULE, GRANULE), Err(Refusal::NoAddressSpace));
+    r.free(a, 2 * GRANULE).unwrap();
+    assert!(r.allocate(GRANULE, GRANULE).is_ok());
 }
 
 #[test]
@@ -134,8 +137,8 @@ fn injected_faults_refuse_and_leak_nothing() {
     let mut live = Vec::new();
     let mut refused = 0;
     for i in 0..30u64 {
-        let bytes = (1 + i % 3) * CHUNK;
-        match r.allocate(bytes, CHUNK) {
+        let bytes = (1 + i % 3) * GRANULE;
+        match r.allocate(bytes, GRANULE) {
             Ok(a) => live.push((a, bytes)),
             Err(Refusal::InjectedFault) => refused += 1,
             Err(other) => panic!("unexpected refusal {other:?}"),
@@ -146,10 +149,10 @@ fn injected_faults_refuse_and_leak_nothing() {
     assert_eq!(s.refused(Refusal::InjectedFault), refused);
     let in_use: u64 = live.iter().map(|&(_, b)| b).sum();
     assert_eq!(s.in_use_bytes, in_use);
-    assert_eq!(s.mapped_bytes, s.chunks_mapped * CHUNK);
+    assert_eq!(s.mapped_bytes, s.granules_mapped * GRANULE);
     assert_eq!(
         s.mapped_bytes,
-        in_use + s.free_mapped_chunks * CHUNK,
+        in_use + s.free_mapped_granules * GRANULE,
         "{s:?}"
     );
     for (a, b) in live {
@@ -158,44 +161,48 @@ fn injected_faults_refuse_and_leak_nothing() {
     r.trim().unwrap();
     let s = r.stats();
     assert_eq!(
-        (s.mapped_bytes, s.in_use_bytes, s.chunks_mapped),
+        (s.mapped_bytes, s.in_use_bytes, s.granules_mapped),
         (0, 0, 0),
         "{s:?}"
     );
     assert_eq!(
         s.calls.creates, s.calls.releases,
-        "a physical chunk leaked: {s:?}"
+        "a physical granule leaked: {s:?}"
     );
 }
 
 #[test]
 fn bad_frees_are_refused_and_change_nothing() {
     let mut r = region(16, 64, None, 0);
-    let a = r.allocate(2 * CHUNK, CHUNK).unwrap();
+    let a = r.allocate(2 * GRANULE, GRANULE).unwrap();
     let before = r.stats();
-    assert_eq!(r.free(a, CHUNK), Err(Refusal::BadRequest), "wrong size");
+    assert_eq!(r.free(a, GRANULE), Err(Refusal::BadRequest), "wrong size");
     assert_eq!(
-        r.free(a + CHUNK, CHUNK),
+        r.free(a + GRANULE, GRANULE),
         Err(Refusal::BadRequest),
         "inside a run"
     );
     assert_eq!(
-        r.free(a + 7, 2 * CHUNK),
+        r.free(a + 7, 2 * GRANULE),
         Err(Refusal::BadRequest),
         "unaligned"
     );
-    assert_eq!(r.free(1 << 20, CHUNK), Err(Refusal::BadRequest), "outside");
     assert_eq!(
-        r.allocate(3, CHUNK),
+        r.free(1 << 20, GRANULE),
         Err(Refusal::BadRequest),
-        "not whole chunks"
+        "outside"
+    );
+    assert_eq!(
+        r.allocate(3, GRANULE),
+        Err(Refusal::BadRequest),
+        "not whole granules"
     );
     let after = r.stats();
     assert_eq!(after.in_use_bytes, before.in_use_bytes);
     assert_eq!(after.refused(Refusal::BadRequest), 5);
-    r.free(a, 2 * CHUNK).unwrap();
+    r.free(a, 2 * GRANULE).unwrap();
     assert_eq!(
-        r.free(a, 2 * CHUNK),
+        r.free(a, 2 * GRANULE),
         Err(Refusal::BadRequest),
         "double free"
     );
@@ -205,16 +212,16 @@ fn bad_frees_are_refused_and_change_nothing() {
 fn trim_gives_every_mapped_byte_back() {
     let mut r = region(32, 64, None, 0);
     let blocks: Vec<u64> = (0..6)
-        .map(|_| r.allocate(2 * CHUNK, CHUNK).unwrap())
+        .map(|_| r.allocate(2 * GRANULE, GRANULE).unwrap())
         .collect();
     for &b in &blocks[..4] {
-        r.free(b, 2 * CHUNK).unwrap();
+        r.free(b, 2 * GRANULE).unwrap();
     }
-    assert_eq!(r.trim().unwrap(), 8 * CHUNK);
-    assert_eq!(r.stats().mapped_bytes, 4 * CHUNK);
-    write_read(blocks[4], 2 * CHUNK, 3);
+    assert_eq!(r.trim().unwrap(), 8 * GRANULE);
+    assert_eq!(r.stats().mapped_bytes, 4 * GRANULE);
+    write_read(blocks[4], 2 * GRANULE, 3);
     for &b in &blocks[4..] {
-        r.free(b, 2 * CHUNK).unwrap();
+        r.free(b, 2 * GRANULE).unwrap();
     }
     r.trim().unwrap();
     assert_eq!(r.stats().mapped_bytes, 0);
@@ -222,14 +229,14 @@ fn trim_gives_every_mapped_byte_back() {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { chunks: u64, align_shift: u32 },
+    Alloc { granules: u64, align_shift: u32 },
     Free(usize),
     Trim,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (1u64..4, 0u32..3).prop_map(|(chunks, align_shift)| Op::Alloc { chunks, align_shift }),
+        4 => (1u64..4, 0u32..3).prop_map(|(granules, align_shift)| Op::Alloc { granules, align_shift }),
         3 => (0usize..64).prop_map(Op::Free),
         1 => Just(Op::Trim),
     ]
@@ -239,13 +246,13 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
     fn random_sequences_keep_exact_accounting(ops in proptest::collection::vec(op(), 1..60)) {
-        let mut r = region(24, 64, Some(20 * CHUNK), 0);
+        let mut r = region(24, 64, Some(20 * GRANULE), 0);
         let mut live: Vec<(u64, u64)> = Vec::new();
         for op in ops {
             match op {
-                Op::Alloc { chunks, align_shift } => {
-                    let bytes = chunks * CHUNK;
-                    let align = CHUNK << align_shift;
+                Op::Alloc { granules, align_shift } => {
+                    let bytes = granules * GRANULE;
+                    let align = GRANULE << align_shift;
                     if let Ok(a) = r.allocate(bytes, align) {
                         prop_assert_eq!(a % align, 0);
                         prop_assert!(a >= r.base() && a + bytes <= r.base() + r.len());
@@ -266,8 +273,8 @@ proptest! {
             let in_use: u64 = live.iter().map(|&(_, b)| b).sum();
             prop_assert_eq!(s.in_use_bytes, in_use);
             prop_assert_eq!(s.live_runs, live.len() as u64);
-            prop_assert_eq!(s.mapped_bytes, in_use + s.free_mapped_chunks * CHUNK);
-            prop_assert!(s.mapped_bytes <= 20 * CHUNK);
+            prop_assert_eq!(s.mapped_bytes, in_use + s.free_mapped_granules * GRANULE);
+            prop_assert!(s.mapped_bytes <= 20 * GRANULE);
         }
     }
 }

@@ -52,3 +52,18 @@ kernel! {
         unsafe { AtomicU64::from_ptr(stats) }.fetch_add(1);
     }
 }
+
+kernel! {
+    /// Builds a `Vec<u32>` of 100 elements (`i * 3`), and leaks it: writes
+    /// its pointer and length to `out[0]` and `out[1]` (the host frees it).
+    pub fn leak_one(out: *mut u64) {
+        let v: Vec<u32> = (0..100u32).map(|i| i * 3).collect();
+        let mut v = core::mem::ManuallyDrop::new(v);
+        v.shrink_to_fit();
+        // SAFETY: the host gave `out` two words.
+        unsafe {
+            out.write(v.as_mut_ptr().addr() as u64);
+            out.add(1).write(v.len() as u64);
+        }
+    }
+}

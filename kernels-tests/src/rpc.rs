@@ -3,7 +3,7 @@
 
 use warpalloc_device::kernel;
 use warpalloc_device::rpc::Client;
-use warpalloc_device::rpc::wire::{LANE_WORDS, Opcode, Port};
+use warpalloc_device::rpc::wire::{LANE_WORDS, Port, Reply, Request};
 use warpalloc_device::simt;
 use warpalloc_device::sync::{AtomicU32, AtomicU64};
 
@@ -33,7 +33,7 @@ kernel! {
                 *a = (me << 24) ^ (round << 8) ^ i as u64;
             }
             let lane_mask = simt::activemask();
-            let reply = client.call(lane_mask, Opcode::Ping, args);
+            let reply = client.call(lane_mask, &Request::Ping { words: args }, Reply::read_ping);
             if reply != args.map(|w| !w) {
                 bad.fetch_add(1);
             }

@@ -318,7 +318,7 @@ kernel! {
 }
 
 /// The request sizes of [`size_sweep`]: 1..=64 bytes, then every class's
-/// chunk size and one byte more, then large blocks around 1, 2 and 3 MiB.
+/// block size and one byte more, then large blocks around 1, 2 and 3 MiB.
 pub fn sweep_size(i: u32) -> usize {
     const CLASSES_N: u32 = CLASSES.len() as u32;
     const LARGE: [usize; 6] = [
@@ -334,8 +334,8 @@ pub fn sweep_size(i: u32) -> usize {
     }
     let j = i - 64;
     if j < 2 * CLASSES_N {
-        let chunk = CLASSES[(j / 2) as usize].chunk as usize;
-        return chunk + (j % 2) as usize;
+        let block = CLASSES[(j / 2) as usize].block as usize;
+        return block + (j % 2) as usize;
     }
     LARGE[((j - 2 * CLASSES_N) as usize) % LARGE.len()]
 }
@@ -651,7 +651,7 @@ kernel! {
                 continue;
             }
             let word = me ^ r.wrapping_mul(0x9e37_79b9);
-            // SAFETY: at least 4 bytes (every chunk is ≥ 16), ours.
+            // SAFETY: at least 4 bytes (every block is ≥ 16), ours.
             unsafe {
                 p.write_volatile(word);
                 if p.read_volatile() != word {

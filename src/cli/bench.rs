@@ -69,7 +69,7 @@ fn cold_warm<K: Kernel>(
     let mut times = [0.0f64; 2];
     let (mut pairs, mut nulls) = (0, 0);
     for t in &mut times {
-        let mut stats = buffer::<u64>(heap, 8)?;
+        let stats = buffer::<u64>(heap, 8)?;
         let elapsed = launch(heap, blocks, block, kernel(stats.kernel_ptr()))?;
         let s = read_stats(heap, &stats)?;
         if s.corrupt != 0 {
@@ -171,10 +171,10 @@ fn fill_case(
     )?;
     let blocks = threads.div_ceil(block);
     let n = (blocks * block) as usize;
-    let mut stats = buffer::<u64>(&heap, 8)?;
-    let mut ptrs = buffer::<u64>(&heap, n * per_thread as usize)?;
-    let mut sizes = buffer::<u32>(&heap, n * per_thread as usize)?;
-    let mut counts = buffer::<u32>(&heap, n)?;
+    let stats = buffer::<u64>(&heap, 8)?;
+    let ptrs = buffer::<u64>(&heap, n * per_thread as usize)?;
+    let sizes = buffer::<u32>(&heap, n * per_thread as usize)?;
+    let counts = buffer::<u32>(&heap, n)?;
     let elapsed = launch(
         &mut heap,
         blocks,
@@ -255,7 +255,19 @@ pub fn bench(prefer: Prefer, schedule: Schedule, a: &BenchArgs) -> Result<BenchR
     let mut rows = Vec::new();
     let probe = open_heap(prefer, HeapConfig::default(), schedule)?;
     let target = target_name(&probe);
+    let resident = probe.launcher().info().resident_warps() as u32 * 32;
     drop(probe);
+    // Default: a quarter of the device's resident threads, all of them, and
+    // four times as many.
+    let threads = if a.threads.is_empty() {
+        vec![resident / 4, resident, resident * 4]
+    } else {
+        a.threads.clone()
+    };
+    let a = &BenchArgs {
+        threads,
+        ..a.clone()
+    };
     for &threads in &a.threads {
         for &size in &a.sizes {
             rows.push(alloc_free_case(

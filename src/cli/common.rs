@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::kernel::Kernel;
-use warpalloc_host::{Buffer, HostError, Launcher, Prefer, Target};
+use warpalloc_host::{Buffer, HostError, Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats};
 use warpalloc_sim::Convergence;
 
@@ -33,29 +33,13 @@ pub fn open_heap(
 
 /// Where the heap's kernels run, in words.
 pub fn target_name(heap: &Heap) -> String {
-    heap.launcher().target().to_string()
-}
-
-/// Whether the heap runs on a GPU.
-pub fn on_gpu(heap: &Heap) -> bool {
-    matches!(heap.launcher().target(), Target::Gpu { .. })
-}
-
-/// The number of streaming multiprocessors (0 in the simulator).
-pub fn multiprocessors(heap: &Heap) -> u32 {
-    match heap.launcher().target() {
-        Target::Gpu { gpu, .. } => gpu.info().multiprocessors.max(0) as u32,
-        Target::Simulator { .. } => 0,
-    }
+    heap.launcher().to_string()
 }
 
 /// A zeroed buffer of `n` elements where the heap's kernels can reach it.
 pub fn buffer<T>(heap: &Heap, n: usize) -> Result<Buffer<T>, HostError>
 where
-    T: warpalloc_host::cudarc::driver::DeviceRepr
-        + warpalloc_host::cudarc::driver::ValidAsZeroBits
-        + Copy
-        + Default,
+    T: bytemuck::Pod,
 {
     heap.launcher().alloc_zeroed(n.max(1))
 }

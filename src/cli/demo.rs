@@ -32,19 +32,20 @@ pub fn demo(
     println!(
         "warpalloc demo: warp-aggregated tickets (activemask, leader, one atomic per group, shfl)"
     );
-    println!("  target : {}", launcher.target());
-    if !launcher.on_gpu() {
-        let policy = match schedule.convergence {
-            Convergence::Converged => "converged warps",
-            Convergence::Random => "random activemask subsets",
-        };
-        let replay = if workers == 1 { ", replayable" } else { "" };
-        println!("  schedule: seed {seed:#x}, {workers} worker(s), {policy}{replay}");
-    }
+    println!("  target : {launcher}");
+    let policy = match schedule.convergence {
+        Convergence::Converged => "converged warps",
+        Convergence::Random => "random activemask subsets",
+    };
+    let replay = if workers == 1 { ", replayable" } else { "" };
+    println!(
+        "  simulator schedule (emulated device only): seed {seed:#x}, {workers} worker(s), \
+         {policy}{replay}"
+    );
     println!("  grid   : {blocks} blocks × {threads} threads = {total} threads");
-    let mut counter = launcher.alloc_zeroed::<u32>(1)?;
-    let mut groups = launcher.alloc_zeroed::<u32>(1)?;
-    let mut out = launcher.alloc_zeroed::<u32>(total_words)?;
+    let counter = launcher.alloc_zeroed::<u32>(1)?;
+    let groups = launcher.alloc_zeroed::<u32>(1)?;
+    let out = launcher.alloc_zeroed::<u32>(total_words)?;
     let args = warp_tickets::Args {
         counter: counter.kernel_ptr(),
         groups: groups.kernel_ptr(),

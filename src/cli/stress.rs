@@ -9,13 +9,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use warpalloc::{Heap, HeapStats};
 use warpalloc_host::HostError;
-use warpalloc_host::backing::CHUNK;
+use warpalloc_host::backing::GRANULE;
 use warpalloc_kernels_tests::collections::collections;
 use warpalloc_kernels_tests::stress::{
     SWEEP_SIZES, Stats, aligned, churn, drain, drain_transfer, fill, lifetimes, resize, size_sweep,
 };
 
-use super::common::{buffer, bytes, launch, mode_name, on_gpu, rate, read_stats, target_name};
+use super::common::{buffer, bytes, launch, mode_name, rate, read_stats, target_name};
 
 /// The stress kernels, by name.
 pub const KERNELS: &[&str] = &[
@@ -53,6 +53,11 @@ pub struct KernelReport {
     pub broken: u64,
     pub double_frees: u64,
     pub invalid_frees: u64,
+    /// Slabs the heap put to use and large blocks it handed out for this
+    /// kernel: zero means warpalloc served none of its allocations.
+    pub heap_traffic: u64,
+    /// Allocations still live in the heap after the kernel.
+    pub live_after: u64,
     pub seconds: f64,
     pub ops_per_second: f64,
     pub problems: Vec<String>,
@@ -91,9 +96,9 @@ fn outcome(stats: Stats, threads: u64, elapsed: Duration) -> Outcome {
 }
 
 fn run_churn(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let mut stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, 8)?;
     let slots = (a.blocks * a.threads).clamp(64, 1 << 20);
-    let mut transfer = buffer::<u64>(heap, slots as usize)?;
+    let transfer = buffer::<u64>(heap, slots as usize)?;
     let elapsed = launch(
         heap,
         a.blocks,
@@ -123,7 +128,7 @@ fn run_churn(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
 }
 
 fn run_sweep(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let mut stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, 8)?;
     let blocks = SWEEP_SIZES.div_ceil(a.threads).max(1) * 2;
     let elapsed = launch(
         heap,
@@ -146,7 +151,7 @@ fn run_sweep(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
 }
 
 fn run_aligned(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let mut stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, 8)?;
     let elapsed = launch(
         heap,
         a.blocks,
@@ -168,10 +173,10 @@ fn run_aligned(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
 fn run_fill(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
     let per_thread = 16u32;
     let threads = (a.blocks * a.threads) as usize;
-    let mut stats = buffer::<u64>(heap, 8)?;
-    let mut ptrs = buffer::<u64>(heap, threads * per_thread as usize)?;
-    let mut sizes = buffer::<u32>(heap, threads * per_thread as usize)?;
-    let mut counts = buffer::<u32>(heap, threads)?;
+    let stats = buffer::<u64>(heap, 8)?;
+    let ptrs = buffer::<u64>(heap, threads * per_thread as usize)?;
+    let sizes = buffer::<u32>(heap, threads * per_thread as usize)?;
+    let counts = buffer::<u32>(heap, threads)?;
     let mut elapsed = Duration::ZERO;
     let mut problems = Vec::new();
     for round in 0..2 {
@@ -235,7 +240,7 @@ fn run_fill(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
 }
 
 fn run_lifetimes(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let mut stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, 8)?;
     let elapsed = launch(
         heap,
         a.blocks,
@@ -257,7 +262,7 @@ fn run_lifetimes(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> 
 }
 
 fn run_collections(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let mut stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, 8)?;
     let elapsed = launch(
         heap,
         a.blocks,
@@ -282,7 +287,7 @@ fn run_collections(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError
 }
 
 fn run_resize(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let mut stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, 8)?;
     let elapsed = launch(
         heap,
         a.blocks,
@@ -317,7 +322,7 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
     let mut problems = Vec::new();
     for name in &a.kernels {
         bar.set_message(name.clone());
-        let before = heap.stats()?.device;
+        let before = heap.stats()?;
         let result = match name.as_str() {
             "churn" => run_churn(heap, a),
             "sweep" => run_sweep(heap, a),
@@ -336,7 +341,10 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
             }
         };
         let o = result?;
-        let after = heap.stats()?.device;
+        let after = heap.stats()?;
+        let traffic = after.traffic.since(&before.traffic).served();
+        let (before, live_after, after) =
+            (before.device, after.live.live_allocations(), after.device);
         let s = o.stats;
         let mut report = KernelReport {
             kernel: name.clone(),
@@ -348,6 +356,8 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
             broken: s.broken,
             double_frees: after.double_frees - before.double_frees,
             invalid_frees: after.invalid_frees - before.invalid_frees,
+            heap_traffic: traffic,
+            live_after,
             seconds: o.elapsed.as_secs_f64(),
             ops_per_second: if o.elapsed.is_zero() {
                 0.0
@@ -370,6 +380,17 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
                 s.broken
             ));
         }
+        if s.allocs > 0 && traffic == 0 {
+            report.problems.push(format!(
+                "{} allocations but no heap traffic: warpalloc served none of them",
+                s.allocs
+            ));
+        }
+        if live_after != 0 {
+            report.problems.push(format!(
+                "{live_after} allocations still live in the heap after the kernel"
+            ));
+        }
         if s.allocs != s.frees {
             report
                 .problems
@@ -387,17 +408,19 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
     bar.finish_and_clear();
 
     let before_trim: HeapStats = heap.stats()?;
-    let held = before_trim.cached_slabs + before_trim.pool_slabs;
-    if before_trim.region.in_use_bytes != held * CHUNK {
+    let held = before_trim.live.cached_slabs + before_trim.live.pool_slabs;
+    if before_trim.region.in_use_bytes != held * GRANULE {
         problems.push(format!(
             "after every kernel freed everything, {} are in use beyond the {held} cached or pooled slabs",
-            bytes(before_trim.region.in_use_bytes.saturating_sub(held * CHUNK))
+            bytes(before_trim.region.in_use_bytes.saturating_sub(held * GRANULE))
         ));
     }
     heap.trim()?;
     let after_trim = heap.stats()?;
     let pooled = match heap.mode() {
-        warpalloc::Mode::Pool { .. } => (after_trim.pool_slabs + after_trim.cached_slabs) * CHUNK,
+        warpalloc::Mode::Pool { .. } => {
+            (after_trim.live.pool_slabs + after_trim.live.cached_slabs) * GRANULE
+        }
         warpalloc::Mode::Rpc => 0,
     };
     if after_trim.region.mapped_bytes != pooled {
@@ -424,30 +447,23 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
 }
 
 /// Prints a report as a table.
-pub fn print(report: &StressReport, heap: &Heap) {
+pub fn print(report: &StressReport) {
     println!("warpalloc stress — {}", report.target);
+    println!("mode: {}", report.mode);
     println!(
-        "mode: {}{}",
-        report.mode,
-        if on_gpu(heap) {
-            ""
-        } else {
-            " (simulator: CPU figures, not GPU speed)"
-        }
-    );
-    println!(
-        "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>10} {:>12}  result",
-        "kernel", "threads", "allocs", "nulls", "corrupt", "broken", "time", "allocs/s"
+        "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>12}  result",
+        "kernel", "threads", "allocs", "nulls", "corrupt", "broken", "traffic", "time", "allocs/s"
     );
     for k in &report.kernels {
         println!(
-            "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>9.1}ms {:>12}  {}",
+            "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>9.1}ms {:>12}  {}",
             k.kernel,
             k.threads,
             k.allocs,
             k.nulls,
             k.corrupt,
             k.broken,
+            k.heap_traffic,
             k.seconds * 1e3,
             rate(k.ops_per_second),
             if k.problems.is_empty() {

@@ -28,13 +28,14 @@ const COMPONENTS: &[&str] = &["rust-src", "llvm-tools", "miri", "clippy", "rustf
 /// simulator's lanes as OS threads and interprets every instruction, so it
 /// gets the small workloads: the simulator's own tests (big grids are
 /// `#[cfg_attr(miri, ignore)]`), the device crate's unit tests, and the
-/// allocator's dedicated Miri workloads (`kernels-tests/tests/miri.rs`).
+/// allocator's dedicated Miri workloads (`tests/miri.rs`: a `Heap` on the
+/// emulated device, its RPC server thread and its backing).
 const MIRI_RUNS: &[&[&str]] = &[
     &["-p", "warpalloc-sim"],
     &["-p", "warpalloc-device", "--lib"],
     &[
         "-p",
-        "warpalloc-kernels-tests",
+        "warpalloc",
         "--test",
         "miri",
         "--",

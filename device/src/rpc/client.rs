@@ -13,9 +13,10 @@
 //! ```
 
 use crate::guard::{RPC_FLIP_BEFORE_RELEASE, planted};
-use crate::rpc::wire::{LANE_WORDS, Opcode, Port};
+use crate::rpc::wire::Port;
+use crate::rpc::wire::{LANE_WORDS, Reply, Request, Status};
 use crate::simt::{self, Backoff, Scope};
-use crate::sync::{AtomicU32, Ordering, fence};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 
 /// A client of one mailbox.
 pub struct Client<'a> {
@@ -101,11 +102,10 @@ impl<'a> Client<'a> {
 
     /// Writes the request and hands the port to the server; returns the
     /// flag value that the server's answer will show.
-    fn send_on(&self, lane_mask: u32, index: u32, opcode: Opcode, args: [u64; LANE_WORDS]) -> u32 {
+    #[inline(always)]
+    fn send_on(&self, lane_mask: u32, index: u32, request: &Request) -> u32 {
         let port = self.port(index);
-        for (word, value) in port.buffer(simt::lane_id()).iter().zip(args) {
-            word.store(value, Ordering::Relaxed);
-        }
+        request.write(port.buffer(simt::lane_id()));
         // ORDERING: release (sys): this lane's arguments are ordered before
         // the syncwarp, after which the leader's own release publishes the
         // whole request to the host.
@@ -114,7 +114,8 @@ impl<'a> Client<'a> {
         let mut flip = 0;
         if simt::is_leader(lane_mask) {
             port.lane_mask.store(lane_mask, Ordering::Relaxed);
-            port.opcode.store(opcode as u32, Ordering::Relaxed);
+            port.opcode
+                .store(request.opcode() as u32, Ordering::Relaxed);
             flip = port.client.load(Ordering::Relaxed) ^ 1;
             if planted(RPC_FLIP_BEFORE_RELEASE) {
                 port.client.store(flip, Ordering::Relaxed);
@@ -128,16 +129,17 @@ impl<'a> Client<'a> {
         simt::shfl_u32(lane_mask, flip, simt::leader(lane_mask))
     }
 
-    /// Sends `opcode` with each lane's `args` and waits for the answer; every
-    /// lane of `lane_mask` calls together and gets its own reply.
-    pub fn call(
+    /// Sends each lane's `request` (all of one opcode) and waits for the
+    /// answer; every lane of `lane_mask` calls together and reads its own
+    /// reply with `read` before the port is given up.
+    pub fn call<R>(
         &self,
         lane_mask: u32,
-        opcode: Opcode,
-        args: [u64; LANE_WORDS],
-    ) -> [u64; LANE_WORDS] {
+        request: &Request,
+        read: impl FnOnce(&[AtomicU64; LANE_WORDS]) -> R,
+    ) -> R {
         let index = self.lock(lane_mask);
-        let flip = self.send_on(lane_mask, index, opcode, args);
+        let flip = self.send_on(lane_mask, index, request);
         let port = self.port(index);
         if simt::is_leader(lane_mask) {
             let mut backoff = Backoff::with_limits(64, 4096);
@@ -151,19 +153,34 @@ impl<'a> Client<'a> {
         // ORDERING: acquire (sys): this lane's view of its reply follows the
         // leader's acquire (the syncwarp orders the lanes).
         fence(Ordering::Acquire, Scope::System);
-        let mut reply = [0u64; LANE_WORDS];
-        for (out, word) in reply.iter_mut().zip(port.buffer(simt::lane_id())) {
-            *out = word.load(Ordering::Relaxed);
-        }
+        let reply = read(port.buffer(simt::lane_id()));
         self.unlock(lane_mask, index);
         reply
     }
 
-    /// Sends `opcode` with each lane's `args` without waiting for an answer
-    /// (the next user of the port waits until the server has taken it).
-    pub fn send(&self, lane_mask: u32, opcode: Opcode, args: [u64; LANE_WORDS]) {
+    /// Sends each lane's `request` without waiting for an answer (the next
+    /// user of the port waits until the server has taken it).
+    pub fn send(&self, lane_mask: u32, request: &Request) {
         let index = self.lock(lane_mask);
-        self.send_on(lane_mask, index, opcode, args);
+        self.send_on(lane_mask, index, request);
         self.unlock(lane_mask, index);
+    }
+
+    /// `bytes` aligned to `align` from the host, for each lane of
+    /// `lane_mask`: the address, or why the host refused.
+    #[inline(always)]
+    pub fn alloc(&self, lane_mask: u32, bytes: u64, align: u64) -> Result<u64, Status> {
+        self.call(
+            lane_mask,
+            &Request::Alloc { bytes, align },
+            Reply::read_alloc,
+        )
+    }
+
+    /// Gives `bytes` at `addr` back to the host, for each lane of
+    /// `lane_mask`, without waiting.
+    #[inline(always)]
+    pub fn free(&self, lane_mask: u32, addr: u64, bytes: u64) {
+        self.send(lane_mask, &Request::Free { addr, bytes });
     }
 }

@@ -1,14 +1,19 @@
 //! The RPC channel between kernels and the host: the mailbox's wire format
-//! (one `no_std` module both sides compile), the device's client, and the
-//! host's server-side steps.
+//! and its typed requests and replies (one `no_std` module both sides
+//! compile), the device's client and its mailbox binding, and the host's
+//! server-side steps.
 //!
 //! A kernel asks the host for memory (a slab, a large block) or gives it back
 //! through a port of the mailbox; the host's server thread answers. See
 //! [`wire`] for the layout and the ownership protocol.
 
 pub mod client;
+#[cfg(not(loom))]
+pub mod mailbox;
 pub mod server;
 pub mod wire;
 
 pub use client::Client;
-pub use server::{Request, poll};
+#[cfg(not(loom))]
+pub use mailbox::Mailbox;
+pub use server::{Pending, idle, poll};

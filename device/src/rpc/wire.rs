@@ -30,7 +30,7 @@
 //! request may still be in flight), sends, and — for a call — waits for the
 //! answer before unlocking.
 
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The most ports a mailbox has: GPUs promise no forward progress to more
 /// warps than are resident, so more ports would not help.
@@ -44,14 +44,11 @@ pub const LANE_WORDS: usize = 8;
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opcode {
-    /// `args[0]` bytes (a multiple of 2 MiB) aligned to `args[1]` → reply
-    /// `[address or 0, status]`.
+    /// [`Request::Alloc`].
     Alloc = 1,
-    /// Give back `args[0]`, `args[1]` bytes; the client does not wait.
+    /// [`Request::Free`]; the client does not wait for the answer.
     Free = 2,
-    /// Answer each argument word's bitwise complement (round-trip
-    /// measurements, tests: an unanswered call cannot pass for an answered
-    /// one, as a plain echo could).
+    /// [`Request::Ping`].
     Ping = 3,
 }
 
@@ -67,22 +64,197 @@ impl Opcode {
     }
 }
 
-/// The status word of a reply (`ret[1]` of `ALLOC`): why the host refused.
-pub mod status {
+/// Why the host refused a request: word 0 of an `Alloc` or `Free` reply
+/// (0 is success).
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
     /// Served.
-    pub const OK: u64 = 0;
+    Ok = 0,
     /// The heap's memory limit would be exceeded.
-    pub const LIMIT: u64 = 1;
+    Limit = 1,
     /// The device would have less free memory than the configured headroom.
-    pub const HEADROOM: u64 = 2;
+    Headroom = 2,
     /// No run of the reserved address range is free and large enough.
-    pub const NO_ADDRESS_SPACE: u64 = 3;
+    NoAddressSpace = 3,
     /// The driver refused to create or map memory.
-    pub const DRIVER: u64 = 4;
+    Driver = 4,
     /// A fault injected on purpose (tests).
-    pub const INJECTED_FAULT: u64 = 5;
+    InjectedFault = 5,
     /// A malformed request (unknown opcode, bad size or address).
-    pub const BAD_REQUEST: u64 = 6;
+    BadRequest = 6,
+}
+
+impl Status {
+    /// The status with this number; an unknown number reads as
+    /// `BadRequest` (a reply we cannot understand is no success).
+    pub fn from_raw(raw: u64) -> Status {
+        match raw {
+            0 => Status::Ok,
+            1 => Status::Limit,
+            2 => Status::Headroom,
+            3 => Status::NoAddressSpace,
+            4 => Status::Driver,
+            5 => Status::InjectedFault,
+            _ => Status::BadRequest,
+        }
+    }
+
+    /// Every refusal (not `Ok`), in number order.
+    pub const REFUSALS: [Status; 6] = [
+        Status::Limit,
+        Status::Headroom,
+        Status::NoAddressSpace,
+        Status::Driver,
+        Status::InjectedFault,
+        Status::BadRequest,
+    ];
+}
+
+/// One lane's request. Its words in the lane's buffer:
+///
+/// ```text
+///   Alloc { bytes, align }   [bytes, align]     bytes: a multiple of 2 MiB
+///   Free  { addr, bytes }    [addr, bytes]
+///   Ping  { words }          words[0..8]
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// `bytes` of device memory aligned to `align` (a power of two).
+    Alloc {
+        /// Bytes (a positive multiple of the slab size).
+        bytes: u64,
+        /// Alignment (a power of two; at least the slab size is used).
+        align: u64,
+    },
+    /// Gives back `bytes` at `addr` (what an `Alloc` returned).
+    Free {
+        /// The block's address.
+        addr: u64,
+        /// Its size, as allocated.
+        bytes: u64,
+    },
+    /// Asks for the bitwise complement of each word (round-trip
+    /// measurements and tests: an unanswered call cannot pass for an
+    /// answered one, as a plain echo could).
+    Ping {
+        /// The words.
+        words: [u64; LANE_WORDS],
+    },
+}
+
+impl Request {
+    /// The request's opcode.
+    #[inline(always)]
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Request::Alloc { .. } => Opcode::Alloc,
+            Request::Free { .. } => Opcode::Free,
+            Request::Ping { .. } => Opcode::Ping,
+        }
+    }
+
+    /// Writes the request's words into a lane's buffer (the client).
+    #[inline(always)]
+    pub fn write(&self, buffer: &[AtomicU64; LANE_WORDS]) {
+        match *self {
+            Request::Alloc { bytes: a, align: b } | Request::Free { addr: a, bytes: b } => {
+                buffer[0].store(a, Ordering::Relaxed);
+                buffer[1].store(b, Ordering::Relaxed);
+            }
+            Request::Ping { words } => {
+                for (w, v) in buffer.iter().zip(words) {
+                    w.store(v, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// The request with opcode `opcode` in a lane's buffer (the server); an
+    /// unknown opcode is a `BadRequest`.
+    pub fn read(opcode: u32, buffer: &[AtomicU64; LANE_WORDS]) -> Result<Request, Status> {
+        let word = |i: usize| buffer[i].load(Ordering::Relaxed);
+        match Opcode::from_raw(opcode) {
+            Some(Opcode::Alloc) => Ok(Request::Alloc {
+                bytes: word(0),
+                align: word(1),
+            }),
+            Some(Opcode::Free) => Ok(Request::Free {
+                addr: word(0),
+                bytes: word(1),
+            }),
+            Some(Opcode::Ping) => Ok(Request::Ping {
+                words: core::array::from_fn(word),
+            }),
+            None => Err(Status::BadRequest),
+        }
+    }
+}
+
+/// The server's answer to one lane. Its words in the lane's buffer:
+///
+/// ```text
+///   Alloc(Ok(addr))      [0, addr]
+///   Alloc(Err(status))   [status, 0]
+///   Free(result)         [status]
+///   Ping(words)          words[0..8]
+///   Refused(status)      [status]      (a request the server cannot read)
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The answer to an `Alloc`.
+    Alloc(Result<u64, Status>),
+    /// The answer to a `Free`.
+    Free(Result<(), Status>),
+    /// The answer to a `Ping`: the complement of each word.
+    Ping([u64; LANE_WORDS]),
+    /// A request the server could not read.
+    Refused(Status),
+}
+
+impl Reply {
+    /// Writes the reply's words into a lane's buffer (the server).
+    pub fn write(&self, buffer: &[AtomicU64; LANE_WORDS]) {
+        let status = |r: Result<(), Status>| match r {
+            Ok(()) => Status::Ok as u64,
+            Err(s) => s as u64,
+        };
+        match *self {
+            Reply::Alloc(Ok(addr)) => {
+                buffer[0].store(Status::Ok as u64, Ordering::Relaxed);
+                buffer[1].store(addr, Ordering::Relaxed);
+            }
+            Reply::Alloc(Err(s)) => {
+                buffer[0].store(s as u64, Ordering::Relaxed);
+                buffer[1].store(0, Ordering::Relaxed);
+            }
+            Reply::Free(r) => buffer[0].store(status(r), Ordering::Relaxed),
+            Reply::Refused(s) => buffer[0].store(s as u64, Ordering::Relaxed),
+            Reply::Ping(words) => {
+                for (w, v) in buffer.iter().zip(words) {
+                    w.store(v, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// The answer to an `Alloc` in a lane's buffer (the client): the
+    /// address, or why not. A success with address 0 is a `BadRequest`.
+    #[inline(always)]
+    pub fn read_alloc(buffer: &[AtomicU64; LANE_WORDS]) -> Result<u64, Status> {
+        match Status::from_raw(buffer[0].load(Ordering::Relaxed)) {
+            Status::Ok => match buffer[1].load(Ordering::Relaxed) {
+                0 => Err(Status::BadRequest),
+                addr => Ok(addr),
+            },
+            refusal => Err(refusal),
+        }
+    }
+
+    /// The answer to a `Ping` in a lane's buffer (the client).
+    pub fn read_ping(buffer: &[AtomicU64; LANE_WORDS]) -> [u64; LANE_WORDS] {
+        core::array::from_fn(|i| buffer[i].load(Ordering::Relaxed))
+    }
 }
 
 /// The port count for a GPU with `resident_warps` resident warps: one per

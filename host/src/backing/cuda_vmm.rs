@@ -1,5 +1,5 @@
 //! `CudaVmm`: the CUDA driver's virtual memory management API (through
-//! cudarc's `driver::sys`): one `cuMemAddressReserve`d range, physical chunks
+//! cudarc's `driver::sys`): one `cuMemAddressReserve`d range, physical granules
 //! from `cuMemCreate`, mapped with `cuMemMap` and made accessible with
 //! `cuMemSetAccess`. Every call binds the heap's context to the calling
 //! thread first (the RPC server's thread is not the one that created it).
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaContext;
 use cudarc::driver::sys::{self, CUresult};
 
-use super::{Backing, BackingError, CHUNK, DriverCalls};
+use super::{Backing, BackingError, DriverCalls, GRANULE};
 
 /// GPU memory through the driver's virtual memory API.
 pub struct CudaVmm {
@@ -95,9 +95,9 @@ impl CudaVmm {
                 sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
             )
         })?;
-        if granularity == 0 || !CHUNK.is_multiple_of(granularity as u64) {
+        if granularity == 0 || !GRANULE.is_multiple_of(granularity as u64) {
             return Err(BackingError::Unsupported(format!(
-                "allocation granularity {granularity} does not divide the 2 MiB chunk"
+                "allocation granularity {granularity} does not divide the 2 MiB granule"
             )));
         }
         vmm.granularity = granularity as u64;
@@ -133,7 +133,7 @@ impl Backing for CudaVmm {
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer; a fresh range chosen by the driver.
         driver("cuMemAddressReserve", || unsafe {
-            sys::cuMemAddressReserve(&mut ptr, bytes as usize, CHUNK as usize, 0, 0)
+            sys::cuMemAddressReserve(&mut ptr, bytes as usize, GRANULE as usize, 0, 0)
         })?;
         self.reservation = Some((ptr, bytes));
         Ok(ptr)
@@ -148,16 +148,16 @@ impl Backing for CudaVmm {
                 let mut handle: sys::CUmemGenericAllocationHandle = 0;
                 // SAFETY: valid out-pointer and property struct.
                 driver("cuMemCreate", || unsafe {
-                    sys::cuMemCreate(&mut handle, CHUNK as usize, &prop, 0)
+                    sys::cuMemCreate(&mut handle, GRANULE as usize, &prop, 0)
                 })?;
                 self.calls.creates += 1;
                 handle
             }
         };
-        // SAFETY: `addr` is an unmapped chunk of our reservation; `handle` a
+        // SAFETY: `addr` is an unmapped granule of our reservation; `handle` a
         // physical allocation of exactly that size.
         if let Err(e) = driver("cuMemMap", || unsafe {
-            sys::cuMemMap(addr, CHUNK as usize, 0, handle, 0)
+            sys::cuMemMap(addr, GRANULE as usize, 0, handle, 0)
         }) {
             self.spares.push(handle);
             return Err(e);
@@ -168,11 +168,11 @@ impl Backing for CudaVmm {
         };
         // SAFETY: the range was just mapped; one descriptor.
         if let Err(e) = driver("cuMemSetAccess", || unsafe {
-            sys::cuMemSetAccess(addr, CHUNK as usize, &desc, 1)
+            sys::cuMemSetAccess(addr, GRANULE as usize, &desc, 1)
         }) {
             // SAFETY: undo the mapping just made.
             let _ = driver("cuMemUnmap", || unsafe {
-                sys::cuMemUnmap(addr, CHUNK as usize)
+                sys::cuMemUnmap(addr, GRANULE as usize)
             });
             self.spares.push(handle);
             return Err(e);
@@ -187,10 +187,10 @@ impl Backing for CudaVmm {
             return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
         };
         self.bind()?;
-        // SAFETY: a chunk we mapped; no kernel uses it (the region's trim
+        // SAFETY: a granule we mapped; no kernel uses it (the region's trim
         // contract).
         let result = driver("cuMemUnmap", || unsafe {
-            sys::cuMemUnmap(addr, CHUNK as usize)
+            sys::cuMemUnmap(addr, GRANULE as usize)
         });
         self.spares.push(handle);
         result?;

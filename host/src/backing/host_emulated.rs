@@ -3,31 +3,29 @@
 //!
 //! * reservation: `mmap(PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)`,
 //!   over-reserved and trimmed so that the base is 2 MiB aligned;
-//! * physical chunk: a `memfd` of 2 MiB (`cuMemCreate`);
+//! * physical granule: a `memfd` of 2 MiB (`cuMemCreate`);
 //! * map: `mmap(addr, 2 MiB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
 //!   fd)` (`cuMemMap` + `cuMemSetAccess`);
 //! * unmap: the range becomes `PROT_NONE` anonymous memory again
 //!   (`cuMemUnmap`), and the memfd a spare that may be mapped elsewhere.
+//!
+//! Under Miri, which has no `mmap` of files, the reservation is one block of
+//! the allocator and a physical granule is only a count: mapping zeroes the
+//! granule's range, unmapping poisons it (`os` below). The bookkeeping above
+//! the operating system — what is mapped, spares, driver-call counts — is the
+//! same code either way.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::{Backing, BackingError, CHUNK, DriverCalls};
+use super::{Backing, BackingError, DriverCalls, GRANULE};
 
 /// Host memory behaving like a GPU's virtual memory.
 pub struct HostEmulated {
     device_memory: u64,
     reservation: Option<(u64, u64)>,
-    mapped: HashMap<u64, OwnedFd>,
-    spares: Vec<OwnedFd>,
+    mapped: HashMap<u64, os::Physical>,
+    spares: Vec<os::Physical>,
     calls: DriverCalls,
-}
-
-fn os_error(call: &'static str) -> BackingError {
-    BackingError::Os {
-        call,
-        source: std::io::Error::last_os_error(),
-    }
 }
 
 impl HostEmulated {
@@ -43,31 +41,21 @@ impl HostEmulated {
     }
 
     fn physical_in_use(&self) -> u64 {
-        (self.mapped.len() + self.spares.len()) as u64 * CHUNK
+        (self.mapped.len() + self.spares.len()) as u64 * GRANULE
     }
 
-    fn new_chunk(&mut self) -> Result<OwnedFd, BackingError> {
-        if let Some(fd) = self.spares.pop() {
-            return Ok(fd);
+    fn new_granule(&mut self) -> Result<os::Physical, BackingError> {
+        if let Some(physical) = self.spares.pop() {
+            return Ok(physical);
         }
-        // SAFETY: a static NUL-terminated name; flags are valid.
-        let raw = unsafe { libc::memfd_create(c"warpalloc-chunk".as_ptr(), libc::MFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(os_error("memfd_create"));
-        }
-        // SAFETY: `raw` is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: a valid descriptor and length.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), CHUNK as libc::off_t) } != 0 {
-            return Err(os_error("ftruncate"));
-        }
+        let physical = os::create()?;
         self.calls.creates += 1;
-        Ok(fd)
+        Ok(physical)
     }
 
     fn inside(&self, addr: u64) -> bool {
         self.reservation.is_some_and(|(base, len)| {
-            addr >= base && addr - base < len && addr.is_multiple_of(CHUNK)
+            addr >= base && addr - base < len && addr.is_multiple_of(GRANULE)
         })
     }
 }
@@ -77,37 +65,8 @@ impl Backing for HostEmulated {
         if self.reservation.is_some() {
             return Err(BackingError::BadRequest("reserved twice".into()));
         }
-        let bytes = bytes.div_ceil(CHUNK) * CHUNK;
-        let over = usize::try_from(bytes + CHUNK)
-            .map_err(|_| BackingError::BadRequest("reservation too large".into()))?;
-        // SAFETY: an anonymous reservation chosen by the kernel; nothing is
-        // touched.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                over,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(os_error("mmap (reserve)"));
-        }
-        let start = raw as u64;
-        let base = start.next_multiple_of(CHUNK);
-        let head = base - start;
-        let tail = over as u64 - head - bytes;
-        // SAFETY: both pieces lie in the mapping just made and are not used.
-        unsafe {
-            if head != 0 {
-                libc::munmap(raw, head as usize);
-            }
-            if tail != 0 {
-                libc::munmap((base + bytes) as *mut libc::c_void, tail as usize);
-            }
-        }
+        let bytes = bytes.div_ceil(GRANULE) * GRANULE;
+        let base = os::reserve(bytes)?;
         self.reservation = Some((base, bytes));
         Ok(base)
     }
@@ -116,50 +75,25 @@ impl Backing for HostEmulated {
         if !self.inside(addr) || self.mapped.contains_key(&addr) {
             return Err(BackingError::BadRequest(format!("map {addr:#x}")));
         }
-        let fd = self.new_chunk()?;
-        // SAFETY: `addr` is a chunk of our PROT_NONE reservation that is not
-        // mapped; MAP_FIXED replaces exactly that chunk.
-        let raw = unsafe {
-            libc::mmap(
-                addr as *mut libc::c_void,
-                CHUNK as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            let e = os_error("mmap (map)");
-            self.spares.push(fd);
+        let physical = self.new_granule()?;
+        // SAFETY: `addr` is a granule of our reservation that is not mapped.
+        if let Err(e) = unsafe { os::map(addr, &physical) } {
+            self.spares.push(physical);
             return Err(e);
         }
-        self.mapped.insert(addr, fd);
+        self.mapped.insert(addr, physical);
         self.calls.maps += 1;
         Ok(())
     }
 
     fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
-        let Some(fd) = self.mapped.remove(&addr) else {
+        let Some(physical) = self.mapped.remove(&addr) else {
             return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
         };
-        // SAFETY: `addr` is a chunk of our reservation that we mapped;
-        // replacing it with PROT_NONE anonymous memory restores the
-        // reservation there.
-        let raw = unsafe {
-            libc::mmap(
-                addr as *mut libc::c_void,
-                CHUNK as usize,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        self.spares.push(fd);
-        if raw == libc::MAP_FAILED {
-            return Err(os_error("mmap (unmap)"));
-        }
+        // SAFETY: `addr` is a granule of our reservation that we mapped.
+        let result = unsafe { os::unmap(addr) };
+        self.spares.push(physical);
+        result?;
         self.calls.unmaps += 1;
         Ok(())
     }
@@ -179,9 +113,7 @@ impl Backing for HostEmulated {
         self.release_spares()?;
         if let Some((base, len)) = self.reservation.take() {
             // SAFETY: the whole reservation, which nothing uses any more.
-            if unsafe { libc::munmap(base as *mut libc::c_void, len as usize) } != 0 {
-                return Err(os_error("munmap (reservation)"));
-            }
+            unsafe { os::release(base, len) }?;
         }
         Ok(())
     }
@@ -204,5 +136,212 @@ impl Drop for HostEmulated {
         // Errors here have nowhere to go but are harmless: the process's
         // mappings go with it.
         let _ = self.free_reservation();
+    }
+}
+
+/// The operating system's half: `mmap` and `memfd`.
+#[cfg(not(miri))]
+mod os {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    use super::{BackingError, GRANULE};
+
+    /// A physical granule: a memfd of [`GRANULE`] bytes.
+    pub type Physical = OwnedFd;
+
+    fn os_error(call: &'static str) -> BackingError {
+        BackingError::Os {
+            call,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+
+    pub fn create() -> Result<Physical, BackingError> {
+        // SAFETY: a static NUL-terminated name; flags are valid.
+        let raw = unsafe { libc::memfd_create(c"warpalloc-granule".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(os_error("memfd_create"));
+        }
+        // SAFETY: `raw` is a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: a valid descriptor and length.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), GRANULE as libc::off_t) } != 0 {
+            return Err(os_error("ftruncate"));
+        }
+        Ok(fd)
+    }
+
+    /// A `PROT_NONE` range of `bytes` (a multiple of [`GRANULE`]) aligned to
+    /// [`GRANULE`].
+    pub fn reserve(bytes: u64) -> Result<u64, BackingError> {
+        let over = usize::try_from(bytes + GRANULE)
+            .map_err(|_| BackingError::BadRequest("reservation too large".into()))?;
+        // SAFETY: an anonymous reservation chosen by the kernel; nothing is
+        // touched.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                over,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(os_error("mmap (reserve)"));
+        }
+        let start = raw as u64;
+        let base = start.next_multiple_of(GRANULE);
+        let head = base - start;
+        let tail = over as u64 - head - bytes;
+        // SAFETY: both pieces lie in the mapping just made and are not used.
+        unsafe {
+            if head != 0 {
+                libc::munmap(raw, head as usize);
+            }
+            if tail != 0 {
+                libc::munmap((base + bytes) as *mut libc::c_void, tail as usize);
+            }
+        }
+        Ok(base)
+    }
+
+    /// Maps `physical` at `addr`.
+    ///
+    /// # Safety
+    /// `addr` is an unmapped granule of a reservation of ours.
+    pub unsafe fn map(addr: u64, physical: &Physical) -> Result<(), BackingError> {
+        // SAFETY: the caller's contract; MAP_FIXED replaces exactly that
+        // granule of the PROT_NONE reservation.
+        let raw = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                GRANULE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                physical.as_raw_fd(),
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(os_error("mmap (map)"));
+        }
+        Ok(())
+    }
+
+    /// Unmaps the granule at `addr` (it becomes `PROT_NONE` again).
+    ///
+    /// # Safety
+    /// `addr` is a mapped granule of a reservation of ours that nothing uses.
+    pub unsafe fn unmap(addr: u64) -> Result<(), BackingError> {
+        // SAFETY: the caller's contract; replacing the granule with
+        // PROT_NONE anonymous memory restores the reservation there.
+        let raw = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                GRANULE as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(os_error("mmap (unmap)"));
+        }
+        Ok(())
+    }
+
+    /// Gives the reservation back.
+    ///
+    /// # Safety
+    /// `base`, `len` is a whole reservation of ours that nothing uses.
+    pub unsafe fn release(base: u64, len: u64) -> Result<(), BackingError> {
+        // SAFETY: the caller's contract.
+        if unsafe { libc::munmap(base as *mut libc::c_void, len as usize) } != 0 {
+            return Err(os_error("munmap (reservation)"));
+        }
+        Ok(())
+    }
+}
+
+/// Miri's stand-in: the reservation is one allocation; mapping zeroes a
+/// granule, unmapping poisons it.
+#[cfg(miri)]
+mod os {
+    use std::alloc::{Layout, alloc_zeroed, dealloc};
+
+    use super::{BackingError, GRANULE};
+
+    /// A physical granule (nothing to hold: its bytes live in the
+    /// reservation while mapped).
+    pub type Physical = ();
+
+    /// What an unmapped granule holds, so that a stale use reads garbage.
+    const POISON: u8 = 0xa5;
+
+    pub fn create() -> Result<Physical, BackingError> {
+        Ok(())
+    }
+
+    fn layout(bytes: u64) -> Result<Layout, BackingError> {
+        usize::try_from(bytes)
+            .ok()
+            .and_then(|b| Layout::from_size_align(b.max(1), GRANULE as usize).ok())
+            .ok_or_else(|| BackingError::BadRequest("reservation too large".into()))
+    }
+
+    pub fn reserve(bytes: u64) -> Result<u64, BackingError> {
+        // SAFETY: a non-zero size.
+        let base = unsafe { alloc_zeroed(layout(bytes)?) };
+        if base.is_null() {
+            return Err(BackingError::Os {
+                call: "alloc (reserve)",
+                source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+            });
+        }
+        Ok(base.expose_provenance() as u64)
+    }
+
+    /// # Safety
+    /// `addr` is an unmapped granule of a reservation of ours.
+    pub unsafe fn map(addr: u64, _: &Physical) -> Result<(), BackingError> {
+        // SAFETY: a granule inside our allocation (the caller's contract).
+        unsafe {
+            std::ptr::write_bytes(
+                std::ptr::with_exposed_provenance_mut::<u8>(addr as usize),
+                0,
+                GRANULE as usize,
+            )
+        };
+        Ok(())
+    }
+
+    /// # Safety
+    /// `addr` is a mapped granule of a reservation of ours that nothing uses.
+    pub unsafe fn unmap(addr: u64) -> Result<(), BackingError> {
+        // SAFETY: a granule inside our allocation (the caller's contract).
+        unsafe {
+            std::ptr::write_bytes(
+                std::ptr::with_exposed_provenance_mut::<u8>(addr as usize),
+                POISON,
+                GRANULE as usize,
+            )
+        };
+        Ok(())
+    }
+
+    /// # Safety
+    /// `base`, `len` is a whole reservation of ours that nothing uses.
+    pub unsafe fn release(base: u64, len: u64) -> Result<(), BackingError> {
+        // SAFETY: allocated by `reserve` with this layout.
+        unsafe {
+            dealloc(
+                std::ptr::with_exposed_provenance_mut(base as usize),
+                layout(len)?,
+            )
+        };
+        Ok(())
     }
 }

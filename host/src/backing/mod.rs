@@ -2,19 +2,19 @@
 //!
 //! ```text
 //!   Region (region.rs) ── the logic both backings share: one reserved range,
-//!     │                   chunk states, aligned runs, a free list of mapped
-//!     │                   chunks reused without driver calls, limit/headroom
+//!     │                   granule states, aligned runs, a free list of mapped
+//!     │                   granules reused without driver calls, limit/headroom
 //!     │                   checks, fault injection, statistics, trim
 //!     ▼
 //!   Backing (trait) ── only what talks to the driver or the kernel:
 //!     ├── CudaVmm      cuMemAddressReserve / cuMemCreate / cuMemMap /
 //!     │                cuMemSetAccess / cuMemUnmap / cuMemRelease
 //!     └── HostEmulated mmap(PROT_NONE) reservation, a memfd per physical
-//!                      chunk mapped with MAP_FIXED — the simulator's GPU
+//!                      granule mapped with MAP_FIXED — the simulator's GPU
 //! ```
 //!
-//! Memory moves in chunks of [`CHUNK`] bytes (2 MiB, the allocator's slab
-//! size). A physical chunk that is unmapped goes to a spare list and may be
+//! Memory moves in granules of [`GRANULE`] bytes (2 MiB, the allocator's slab
+//! size). A physical granule that is unmapped goes to a spare list and may be
 //! mapped again at another address.
 //!
 //! The deadlock rule (DESIGN.md): `Region::allocate` and `Region::free` run on
@@ -30,8 +30,8 @@ pub use cuda_vmm::CudaVmm;
 pub use host_emulated::HostEmulated;
 pub use region::{Refusal, Region, RegionConfig, RegionStats};
 
-/// Bytes of a chunk: the allocator's slab size.
-pub const CHUNK: u64 = warpalloc_device::size_class::SLAB_SIZE;
+/// Bytes of a granule: the allocator's slab size.
+pub const GRANULE: u64 = warpalloc_device::size_class::SLAB_SIZE;
 
 /// Why a backing operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -64,34 +64,34 @@ pub enum BackingError {
 /// Driver (or kernel) calls a backing has made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DriverCalls {
-    /// Physical chunks created.
+    /// Physical granules created.
     pub creates: u64,
-    /// Chunks mapped (with access set).
+    /// Granules mapped (with access set).
     pub maps: u64,
-    /// Chunks unmapped.
+    /// Granules unmapped.
     pub unmaps: u64,
-    /// Physical chunks released.
+    /// Physical granules released.
     pub releases: u64,
 }
 
-/// The driver-facing half of a region: address space and physical chunks.
+/// The driver-facing half of a region: address space and physical granules.
 pub trait Backing: Send {
-    /// Reserves `bytes` of address space aligned to [`CHUNK`]; returns its
+    /// Reserves `bytes` of address space aligned to [`GRANULE`]; returns its
     /// base. Called once.
     fn reserve(&mut self, bytes: u64) -> Result<u64, BackingError>;
 
-    /// Backs the chunk at `addr` (inside the reservation, unmapped) with a
-    /// physical chunk (a spare one if any), readable and writable by the
+    /// Backs the granule at `addr` (inside the reservation, unmapped) with a
+    /// physical granule (a spare one if any), readable and writable by the
     /// device.
     fn map(&mut self, addr: u64) -> Result<(), BackingError>;
 
-    /// Unmaps the chunk at `addr`; its physical chunk becomes a spare.
+    /// Unmaps the granule at `addr`; its physical granule becomes a spare.
     fn unmap(&mut self, addr: u64) -> Result<(), BackingError>;
 
-    /// Releases every spare physical chunk; returns how many.
+    /// Releases every spare physical granule; returns how many.
     fn release_spares(&mut self) -> Result<u64, BackingError>;
 
-    /// Unmaps whatever is mapped, releases every physical chunk and the
+    /// Unmaps whatever is mapped, releases every physical granule and the
     /// reservation (on drop of the region).
     fn free_reservation(&mut self) -> Result<(), BackingError>;
 

@@ -1,4 +1,4 @@
-//! `Region`: one reserved address range carved into chunks, over a
+//! `Region`: one reserved address range carved into granules, over a
 //! [`Backing`].
 //!
 //! ```text
@@ -9,14 +9,14 @@
 //! ```
 //!
 //! Invariants (checked by the tests' model):
-//! `mapped_bytes = CHUNK · |Used ∪ Free|`, `in_use_bytes = CHUNK · |Used|`,
-//! every `Used` chunk belongs to exactly one run in `runs`, runs never overlap,
-//! and every `Free` chunk is in `free_chunks`.
+//! `mapped_bytes = GRANULE · |Used ∪ Free|`, `in_use_bytes = GRANULE · |Used|`,
+//! every `Used` granule belongs to exactly one run in `runs`, runs never overlap,
+//! and every `Free` granule is in `free_granules`.
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{Backing, BackingError, CHUNK, DriverCalls};
-use warpalloc_device::rpc::wire::status;
+use super::{Backing, BackingError, DriverCalls, GRANULE};
+use warpalloc_device::rpc::wire::Status;
 
 /// Sizes and limits of a region.
 #[derive(Clone, Copy, Debug, Default)]
@@ -48,15 +48,15 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The RPC status code for this refusal.
-    pub fn status(self) -> u64 {
+    /// The RPC status for this refusal.
+    pub fn status(self) -> Status {
         match self {
-            Refusal::Limit => status::LIMIT,
-            Refusal::Headroom => status::HEADROOM,
-            Refusal::NoAddressSpace => status::NO_ADDRESS_SPACE,
-            Refusal::Driver => status::DRIVER,
-            Refusal::InjectedFault => status::INJECTED_FAULT,
-            Refusal::BadRequest => status::BAD_REQUEST,
+            Refusal::Limit => Status::Limit,
+            Refusal::Headroom => Status::Headroom,
+            Refusal::NoAddressSpace => Status::NoAddressSpace,
+            Refusal::Driver => Status::Driver,
+            Refusal::InjectedFault => Status::InjectedFault,
+            Refusal::BadRequest => Status::BadRequest,
         }
     }
 
@@ -86,10 +86,10 @@ pub struct RegionStats {
     pub in_use_bytes: u64,
     /// The most ever handed out.
     pub peak_in_use_bytes: u64,
-    /// Chunks mapped now.
-    pub chunks_mapped: u64,
-    /// Mapped chunks free for reuse now.
-    pub free_mapped_chunks: u64,
+    /// Granules mapped now.
+    pub granules_mapped: u64,
+    /// Mapped granules free for reuse now.
+    pub free_mapped_granules: u64,
     /// Runs handed out now (slabs and large blocks).
     pub live_runs: u64,
     /// Successful allocations.
@@ -116,14 +116,14 @@ enum State {
     Used,
 }
 
-/// A reserved range of address space handed out in runs of chunks.
+/// A reserved range of address space handed out in runs of granules.
 pub struct Region<B: Backing> {
     backing: B,
     base: u64,
     states: Vec<State>,
-    /// First chunk of each run handed out → its length in chunks.
+    /// First granule of each run handed out → its length in granules.
     runs: HashMap<usize, usize>,
-    free_chunks: BTreeSet<usize>,
+    free_granules: BTreeSet<usize>,
     limit: u64,
     headroom: u64,
     fail_every: u64,
@@ -139,14 +139,14 @@ impl<B: Backing> Region<B> {
             .reserve
             .unwrap_or_else(|| (64 << 30).min(2 * backing.device_memory()))
             .min(warpalloc_device::heap::MAX_REGION);
-        let chunks = (reserve / CHUNK).max(1);
-        let base = backing.reserve(chunks * CHUNK)?;
+        let granules = (reserve / GRANULE).max(1);
+        let base = backing.reserve(granules * GRANULE)?;
         Ok(Region {
             backing,
             base,
-            states: vec![State::Unmapped; chunks as usize],
+            states: vec![State::Unmapped; granules as usize],
             runs: HashMap::new(),
-            free_chunks: BTreeSet::new(),
+            free_granules: BTreeSet::new(),
             limit: config.limit.unwrap_or(u64::MAX),
             headroom: config.headroom,
             fail_every: 0,
@@ -163,10 +163,10 @@ impl<B: Backing> Region<B> {
 
     /// Bytes of the region.
     pub fn len(&self) -> u64 {
-        self.states.len() as u64 * CHUNK
+        self.states.len() as u64 * GRANULE
     }
 
-    /// Whether the region has no chunk (never: it has at least one).
+    /// Whether the region has no granule (never: it has at least one).
     pub fn is_empty(&self) -> bool {
         self.states.is_empty()
     }
@@ -200,29 +200,29 @@ impl<B: Backing> Region<B> {
         why
     }
 
-    fn addr(&self, chunk: usize) -> u64 {
-        self.base + chunk as u64 * CHUNK
+    fn addr(&self, granule: usize) -> u64 {
+        self.base + granule as u64 * GRANULE
     }
 
-    /// Where a run of `n` chunks aligned to `step` chunks could go: the start
-    /// with the fewest chunks still to map (a fully mapped run needs no
+    /// Where a run of `n` granules aligned to `step` granules could go: the start
+    /// with the fewest granules still to map (a fully mapped run needs no
     /// driver call), or `None`.
     fn find_run(&self, n: usize, align: u64) -> Option<usize> {
-        if n == 1 && align == CHUNK {
-            if let Some(&i) = self.free_chunks.first() {
+        if n == 1 && align == GRANULE {
+            if let Some(&i) = self.free_granules.first() {
                 return Some(i);
             }
             return self.states.iter().position(|&s| s == State::Unmapped);
         }
-        let step = (align / CHUNK).max(1) as usize;
-        let misalign = ((self.base % align) / CHUNK) as usize;
+        let step = (align / GRANULE).max(1) as usize;
+        let misalign = ((self.base % align) / GRANULE) as usize;
         let first = (step - misalign % step) % step;
         let mut best: Option<(usize, usize)> = None;
         let mut start = first;
         while start + n <= self.states.len() {
             let run = &self.states[start..start + n];
             if let Some(used) = run.iter().rposition(|&s| s == State::Used) {
-                // Skip past the used chunk, to the next aligned start.
+                // Skip past the used granule, to the next aligned start.
                 let after = start + used + 1;
                 start = first + (after.saturating_sub(first)).div_ceil(step) * step;
                 continue;
@@ -239,16 +239,16 @@ impl<B: Backing> Region<B> {
         best.map(|(start, _)| start)
     }
 
-    /// A run of `bytes` (a positive multiple of [`CHUNK`]) aligned to `align`
-    /// (a power of two; at least [`CHUNK`] is used), mapping what is not
-    /// mapped yet; its address, or why not. Chunks mapped before a refusal
+    /// A run of `bytes` (a positive multiple of [`GRANULE`]) aligned to `align`
+    /// (a power of two; at least [`GRANULE`] is used), mapping what is not
+    /// mapped yet; its address, or why not. Granules mapped before a refusal
     /// stay mapped and free.
     pub fn allocate(&mut self, bytes: u64, align: u64) -> Result<u64, Refusal> {
-        if bytes == 0 || !bytes.is_multiple_of(CHUNK) || !align.is_power_of_two() {
+        if bytes == 0 || !bytes.is_multiple_of(GRANULE) || !align.is_power_of_two() {
             return Err(self.refuse(Refusal::BadRequest));
         }
-        let align = align.max(CHUNK);
-        let n = usize::try_from(bytes / CHUNK).unwrap_or(usize::MAX);
+        let align = align.max(GRANULE);
+        let n = usize::try_from(bytes / GRANULE).unwrap_or(usize::MAX);
         if n > self.states.len() {
             return Err(self.refuse(Refusal::NoAddressSpace));
         }
@@ -258,7 +258,7 @@ impl<B: Backing> Region<B> {
         let to_map: Vec<usize> = (start..start + n)
             .filter(|&i| self.states[i] == State::Unmapped)
             .collect();
-        let new_bytes = to_map.len() as u64 * CHUNK;
+        let new_bytes = to_map.len() as u64 * GRANULE;
         if self.stats.mapped_bytes + new_bytes > self.limit {
             return Err(self.refuse(Refusal::Limit));
         }
@@ -278,18 +278,18 @@ impl<B: Backing> Region<B> {
                 return Err(self.refuse(Refusal::Driver));
             }
             self.states[i] = State::Free;
-            self.free_chunks.insert(i);
-            self.stats.mapped_bytes += CHUNK;
-            self.stats.chunks_mapped += 1;
-            self.stats.free_mapped_chunks += 1;
+            self.free_granules.insert(i);
+            self.stats.mapped_bytes += GRANULE;
+            self.stats.granules_mapped += 1;
+            self.stats.free_mapped_granules += 1;
             self.stats.peak_mapped_bytes =
                 self.stats.peak_mapped_bytes.max(self.stats.mapped_bytes);
         }
         for i in start..start + n {
             self.states[i] = State::Used;
-            self.free_chunks.remove(&i);
+            self.free_granules.remove(&i);
         }
-        self.stats.free_mapped_chunks -= n as u64;
+        self.stats.free_mapped_granules -= n as u64;
         self.runs.insert(start, n);
         self.stats.in_use_bytes += bytes;
         self.stats.peak_in_use_bytes = self.stats.peak_in_use_bytes.max(self.stats.in_use_bytes);
@@ -303,40 +303,40 @@ impl<B: Backing> Region<B> {
     /// changes nothing.
     pub fn free(&mut self, addr: u64, bytes: u64) -> Result<(), Refusal> {
         let offset = addr.wrapping_sub(self.base);
-        if addr < self.base || !offset.is_multiple_of(CHUNK) || offset >= self.len() {
+        if addr < self.base || !offset.is_multiple_of(GRANULE) || offset >= self.len() {
             return Err(self.refuse(Refusal::BadRequest));
         }
-        let start = (offset / CHUNK) as usize;
+        let start = (offset / GRANULE) as usize;
         let n = match self.runs.get(&start) {
-            Some(&n) if n as u64 * CHUNK == bytes => n,
+            Some(&n) if n as u64 * GRANULE == bytes => n,
             _ => return Err(self.refuse(Refusal::BadRequest)),
         };
         self.runs.remove(&start);
         for i in start..start + n {
             self.states[i] = State::Free;
-            self.free_chunks.insert(i);
+            self.free_granules.insert(i);
         }
-        self.stats.free_mapped_chunks += n as u64;
+        self.stats.free_mapped_granules += n as u64;
         self.stats.in_use_bytes -= bytes;
         self.stats.live_runs -= 1;
         self.stats.frees += 1;
         Ok(())
     }
 
-    /// Unmaps and releases every mapped chunk that is free. Only while no
+    /// Unmaps and releases every mapped granule that is free. Only while no
     /// kernel that uses the region runs (the caller's duty). Returns the
     /// bytes given back.
     pub fn trim(&mut self) -> Result<u64, BackingError> {
-        let free: Vec<usize> = self.free_chunks.iter().copied().collect();
+        let free: Vec<usize> = self.free_granules.iter().copied().collect();
         let mut released = 0;
         for i in free {
             self.backing.unmap(self.addr(i))?;
             self.states[i] = State::Unmapped;
-            self.free_chunks.remove(&i);
-            self.stats.mapped_bytes -= CHUNK;
-            self.stats.chunks_mapped -= 1;
-            self.stats.free_mapped_chunks -= 1;
-            released += CHUNK;
+            self.free_granules.remove(&i);
+            self.stats.mapped_bytes -= GRANULE;
+            self.stats.granules_mapped -= 1;
+            self.stats.free_mapped_granules -= 1;
+            released += GRANULE;
         }
         self.backing.release_spares()?;
         Ok(released)

@@ -1,54 +1,31 @@
-//! The GPU: probing the driver, loading PTX, launching kernels.
+//! The CUDA driver as a [`Device`]: the only code here that a CPU machine
+//! cannot run, so it is kept to the raw driver calls.
 //!
-//! cudarc's `driver::result` calls are the thin `unsafe` layer; this module
-//! adds the safe layer the project needs: a probe that turns "no libcuda" and
-//! "no GPU" into typed errors instead of cudarc's panic, a [`Module`] that
-//! unloads itself (recording, not panicking on, a failure), and kernel
-//! launches from [`Kernel`] parameter lists.
+//! Layers, as in cudarc: cudarc's `driver::result` / `driver::sys` calls are
+//! the thin `unsafe` layer returning `Result`; [`guarded`] turns cudarc's
+//! panic on a missing library or symbol into an error; the safe types here
+//! ([`CudaModule`], [`CudaMemory`], [`PinnedHost`]) free what they own on
+//! drop and record a failure in the context (`CudaContext::record_err`)
+//! instead of panicking or inventing an error.
 
 use std::ffi::{CString, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
 use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
-use warpalloc_device::kernel::Kernel;
+use warpalloc_sim::LaunchConfig;
 
+use super::{
+    Allocation, Device, DeviceInfo, DevicePtr, Global, HostMapping, Launch, LaunchReport, Module,
+};
 use crate::HostError;
-
-/// What the probe learnt about a GPU.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuInfo {
-    /// Device ordinal.
-    pub ordinal: usize,
-    /// Marketing name, e.g. "NVIDIA H200".
-    pub name: String,
-    /// Compute capability (major, minor).
-    pub compute_capability: (i32, i32),
-    /// Device memory in bytes.
-    pub total_memory: usize,
-    /// Streaming multiprocessors.
-    pub multiprocessors: i32,
-    /// Resident threads per multiprocessor.
-    pub max_threads_per_multiprocessor: i32,
-    /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
-    pub driver_version: i32,
-    /// Whether the device supports the virtual memory management API.
-    pub vmm_supported: bool,
-}
-
-impl GpuInfo {
-    /// Warps that can be resident on the whole GPU at once.
-    pub fn resident_warps(&self) -> u64 {
-        let per_sm = u64::try_from(self.max_threads_per_multiprocessor).unwrap_or(0) / 32;
-        per_sm * u64::try_from(self.multiprocessors).unwrap_or(0)
-    }
-}
+use crate::backing::{Backing, CudaVmm};
 
 /// Runs a driver call, turning a cudarc panic (it panics when a library or
 /// symbol is missing) into an error.
-fn guarded<T>(
+pub(crate) fn guarded<T>(
     call: &'static str,
     f: impl FnOnce() -> Result<T, DriverError>,
 ) -> Result<T, HostError> {
@@ -72,17 +49,17 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// A GPU with a context and a stream for launches.
-pub struct Gpu {
+/// A GPU through the CUDA driver: a context and the stream launches use.
+pub struct Cuda {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    info: GpuInfo,
+    info: DeviceInfo,
 }
 
-impl Gpu {
-    /// Opens GPU `ordinal`: `NoDriver` without libcuda, `NoDevice` without a
-    /// GPU.
-    pub fn open(ordinal: usize) -> Result<Gpu, HostError> {
+impl Cuda {
+    /// Opens GPU `ordinal`: `NoDriver` without libcuda, `NoDevice` without
+    /// that GPU.
+    pub fn open(ordinal: usize) -> Result<Cuda, HostError> {
         if !driver_present() {
             return Err(HostError::NoDriver);
         }
@@ -109,30 +86,27 @@ impl Gpu {
         let attr = |a: CUdevice_attribute| guarded("cuDeviceGetAttribute", || ctx.attribute(a));
         let mut driver_version = 0;
         // SAFETY: `cuDriverGetVersion` writes one int through a valid pointer.
-        let version = guarded("cuDriverGetVersion", || unsafe {
+        guarded("cuDriverGetVersion", || unsafe {
             sys::cuDriverGetVersion(&mut driver_version).result()
-        });
-        version?;
-        let info = GpuInfo {
+        })?;
+        let info = DeviceInfo {
             ordinal,
             name: guarded("cuDeviceGetName", || ctx.name())?,
             compute_capability: guarded("cuDeviceComputeCapability", || ctx.compute_capability())?,
-            total_memory: guarded("cuDeviceTotalMem", || ctx.total_mem())?,
-            multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            total_memory: guarded("cuDeviceTotalMem", || ctx.total_mem())? as u64,
+            multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+                .max(0) as u32,
             max_threads_per_multiprocessor: attr(
                 CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
-            )?,
+            )?
+            .max(0) as u32,
             driver_version,
             vmm_supported: attr(
                 CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
             )? != 0,
+            emulated: false,
         };
-        Ok(Gpu { ctx, stream, info })
-    }
-
-    /// What the probe learnt.
-    pub fn info(&self) -> &GpuInfo {
-        &self.info
+        Ok(Cuda { ctx, stream, info })
     }
 
     /// The context.
@@ -145,87 +119,70 @@ impl Gpu {
         &self.stream
     }
 
-    /// Loads PTX text (the driver JIT-compiles it for this GPU).
-    pub fn load(&self, ptx: &str) -> Result<Module, HostError> {
+    fn bind(&self) -> Result<(), HostError> {
+        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())
+    }
+}
+
+impl Device for Cuda {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn load_module(&self, ptx: &str) -> Result<Box<dyn Module>, HostError> {
         let text = CString::new(ptx)
             .map_err(|_| HostError::InvalidPtx("the text contains a NUL byte".into()))?;
-        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
+        self.bind()?;
         // SAFETY: `text` is a NUL-terminated PTX image that outlives the call.
         let raw = guarded("cuModuleLoadData", || unsafe {
             result::module::load_data(text.as_ptr().cast())
         })?;
-        Ok(Module {
+        Ok(Box::new(CudaModule {
             raw,
             ctx: Arc::clone(&self.ctx),
-        })
+            stream: Arc::clone(&self.stream),
+        }))
     }
 
-    /// Launches `args`' kernel from `module` on `grid` × `block` and waits for
-    /// it. Returns the wall time from launch to completion.
-    ///
-    /// # Safety
-    /// As for [`Kernel::run`]: `args` must be valid for the kernel (its
-    /// pointers device addresses of buffers sized as it needs) until it ends.
-    pub unsafe fn launch<K: Kernel>(
-        &self,
-        module: &Module,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        mut args: K,
-    ) -> Result<Duration, HostError> {
-        let function = module.function(K::NAME)?;
-        let mut params: Vec<*mut c_void> = Vec::new();
-        args.for_each_param(&mut |p| params.push(p));
-        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
-        let start = Instant::now();
-        // SAFETY: `function` comes from a live module of this context;
-        // `params` holds one pointer per kernel parameter, each to a value of
-        // the declared type in `args`, which outlives the call; the caller
-        // vouches for what the parameters point to.
-        guarded("cuLaunchKernel", || unsafe {
-            result::launch_kernel(
-                function,
-                grid,
-                block,
-                0,
-                self.stream.cu_stream(),
-                &mut params,
-            )
+    fn alloc_zeroed(&self, bytes: usize) -> Result<Box<dyn Allocation>, HostError> {
+        self.bind()?;
+        let bytes = bytes.max(1);
+        // SAFETY: a plain allocation of `bytes`.
+        let addr = guarded("cuMemAlloc", || unsafe { result::malloc_sync(bytes) })?;
+        let memory = CudaMemory {
+            addr,
+            bytes,
+            ctx: Arc::clone(&self.ctx),
+        };
+        // SAFETY: `addr` is `bytes` of fresh device memory we own.
+        guarded("cuMemsetD8", || unsafe {
+            result::memset_d8_sync(addr, 0, bytes)
         })?;
-        guarded("cuStreamSynchronize", || self.stream.synchronize())?;
-        Ok(start.elapsed())
+        Ok(Box::new(memory))
     }
-}
 
-impl Gpu {
-    /// Copies `bytes` to device address `dst` and waits (only between
-    /// launches: a synchronous copy waits for running work).
-    pub fn write(&self, dst: sys::CUdeviceptr, bytes: &[u8]) -> Result<(), HostError> {
-        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
+    unsafe fn write(&self, dst: DevicePtr, bytes: &[u8]) -> Result<(), HostError> {
+        self.bind()?;
         // SAFETY: `bytes` is a live slice; `dst` a device range of that size
-        // (the caller's: module globals and heap regions).
+        // (the caller's contract).
         guarded("cuMemcpyHtoD", || unsafe {
             sys::cuMemcpyHtoD_v2(dst, bytes.as_ptr().cast(), bytes.len()).result()
         })
     }
 
-    /// Copies `out.len()` bytes from device address `src` and waits (only
-    /// between launches).
-    pub fn read(&self, src: sys::CUdeviceptr, out: &mut [u8]) -> Result<(), HostError> {
-        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
+    unsafe fn read(&self, src: DevicePtr, out: &mut [u8]) -> Result<(), HostError> {
+        self.bind()?;
         // SAFETY: `out` is a live, writable slice; `src` a device range of
-        // that size.
+        // that size (the caller's contract).
         guarded("cuMemcpyDtoH", || unsafe {
             sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, out.len()).result()
         })
     }
 
-    /// `bytes` of zeroed pinned host memory the device addresses directly
-    /// (`cuMemHostAlloc` with DEVICEMAP | PORTABLE: not write-combined, so
-    /// the host can poll it).
-    pub fn pinned(&self, bytes: usize) -> Result<Pinned, HostError> {
-        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
-        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+    fn mapped_host(&self, bytes: usize) -> Result<Box<dyn HostMapping>, HostError> {
+        self.bind()?;
+        let bytes = bytes.max(1);
+        let mut host: *mut c_void = std::ptr::null_mut();
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
         // SAFETY: a valid out-pointer; the size is the caller's.
         guarded("cuMemHostAlloc", || unsafe {
@@ -233,7 +190,7 @@ impl Gpu {
         })?;
         // SAFETY: `host` is `bytes` of fresh host memory we own.
         unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
-        let mut pinned = Pinned {
+        let mut pinned = PinnedHost {
             host: host.cast(),
             device: 0,
             bytes,
@@ -245,13 +202,47 @@ impl Gpu {
             sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0).result()
         })?;
         pinned.device = device;
-        Ok(pinned)
+        Ok(Box::new(pinned))
+    }
+
+    fn backing(&self) -> Result<Box<dyn Backing>, HostError> {
+        Ok(Box::new(CudaVmm::new(Arc::clone(&self.ctx))?))
+    }
+
+    fn synchronize(&self) -> Result<(), HostError> {
+        self.bind()?;
+        guarded("cuStreamSynchronize", || self.stream.synchronize())
+    }
+}
+
+/// Device memory from `cuMemAlloc`; freed on drop (a failure is recorded in
+/// the context).
+pub struct CudaMemory {
+    addr: sys::CUdeviceptr,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl Allocation for CudaMemory {
+    fn addr(&self) -> DevicePtr {
+        self.addr
+    }
+    fn len(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for CudaMemory {
+    fn drop(&mut self) {
+        self.ctx.record_err(self.ctx.bind_to_thread());
+        // SAFETY: allocated by `cuMemAlloc`, freed once, here.
+        self.ctx.record_err(unsafe { result::free_sync(self.addr) });
     }
 }
 
 /// Pinned, device-mapped host memory; freed on drop (a failure is recorded
 /// in the context).
-pub struct Pinned {
+pub struct PinnedHost {
     host: *mut u8,
     device: sys::CUdeviceptr,
     bytes: usize,
@@ -260,33 +251,23 @@ pub struct Pinned {
 
 // SAFETY: plain memory owned by this value; the pointers are usable from any
 // thread.
-unsafe impl Send for Pinned {}
+unsafe impl Send for PinnedHost {}
 // SAFETY: as for Send; access goes through the raw pointers' users.
-unsafe impl Sync for Pinned {}
+unsafe impl Sync for PinnedHost {}
 
-impl Pinned {
-    /// The host's address.
-    pub fn host(&self) -> *mut u8 {
+impl HostMapping for PinnedHost {
+    fn host(&self) -> *mut u8 {
         self.host
     }
-
-    /// The device's address.
-    pub fn device(&self) -> u64 {
+    fn device(&self) -> DevicePtr {
         self.device
     }
-
-    /// Its size.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.bytes
-    }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.bytes == 0
     }
 }
 
-impl Drop for Pinned {
+impl Drop for PinnedHost {
     fn drop(&mut self) {
         self.ctx.record_err(self.ctx.bind_to_thread());
         // SAFETY: allocated by `cuMemHostAlloc`, freed once, here.
@@ -296,21 +277,21 @@ impl Drop for Pinned {
 }
 
 /// A loaded PTX module; unloaded on drop (a failure is recorded in the
-/// context, see `CudaContext::check_err`).
-pub struct Module {
+/// context).
+pub struct CudaModule {
     raw: sys::CUmodule,
     ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
 }
 
 // SAFETY: a CUmodule handle may be used from any thread of the process once
 // its context is bound there, which every method does first.
-unsafe impl Send for Module {}
+unsafe impl Send for CudaModule {}
 // SAFETY: as for Send; the methods only read the handle.
-unsafe impl Sync for Module {}
+unsafe impl Sync for CudaModule {}
 
-impl Module {
-    /// The entry point `name`.
-    pub fn function(&self, name: &str) -> Result<sys::CUfunction, HostError> {
+impl CudaModule {
+    fn function(&self, name: &str) -> Result<sys::CUfunction, HostError> {
         let missing = || HostError::MissingSymbol {
             what: "kernel",
             name: name.to_string(),
@@ -329,9 +310,10 @@ impl Module {
             other => other,
         }
     }
+}
 
-    /// The device address and size of the global `name`.
-    pub fn global(&self, name: &str) -> Result<(sys::CUdeviceptr, usize), HostError> {
+impl Module for CudaModule {
+    fn global(&self, name: &str) -> Result<Global, HostError> {
         let missing = || HostError::MissingSymbol {
             what: "global",
             name: name.to_string(),
@@ -342,20 +324,56 @@ impl Module {
         match guarded("cuModuleGetGlobal", || unsafe {
             result::module::get_global(self.raw, c_name)
         }) {
+            Ok((addr, size)) => Ok(Global { addr, size }),
             Err(HostError::Driver { source, .. })
                 if source.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND =>
             {
                 Err(missing())
             }
-            other => other,
+            Err(e) => Err(e),
         }
+    }
+
+    fn has_kernel(&self, name: &str) -> bool {
+        self.function(name).is_ok()
+    }
+
+    unsafe fn launch(
+        &self,
+        kernel: &mut dyn Launch,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        _sim: &LaunchConfig,
+    ) -> Result<LaunchReport, HostError> {
+        let function = self.function(kernel.name())?;
+        let mut params = kernel.params();
+        let start = Instant::now();
+        // SAFETY: `function` comes from a live module of this context (bound
+        // by `function`); `params` holds one pointer per kernel parameter,
+        // each to a value of the declared type in `kernel`, which outlives
+        // the call; the caller vouches for what the parameters point to.
+        guarded("cuLaunchKernel", || unsafe {
+            result::launch_kernel(
+                function,
+                grid,
+                block,
+                0,
+                self.stream.cu_stream(),
+                &mut params,
+            )
+        })?;
+        guarded("cuStreamSynchronize", || self.stream.synchronize())?;
+        Ok(LaunchReport {
+            elapsed: start.elapsed(),
+            simulator: None,
+        })
     }
 }
 
-impl Drop for Module {
+impl Drop for CudaModule {
     fn drop(&mut self) {
         self.ctx.record_err(self.ctx.bind_to_thread());
-        // SAFETY: `raw` was loaded by `Gpu::load` and is unloaded only here.
+        // SAFETY: `raw` was loaded by `load_module` and is unloaded only here.
         self.ctx
             .record_err(unsafe { result::module::unload(self.raw) });
     }

@@ -3,18 +3,17 @@
 //! rounds of the churn kernel, counted as operations (one malloc plus one
 //! free) per second.
 //!
-//! `cargo bench -p warpalloc-kernels-tests --bench sim_alloc`
+//! `cargo bench -p warpalloc --bench sim_alloc`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use warpalloc_device::kernel::Kernel;
+use warpalloc::{Heap, HeapConfig};
 use warpalloc_device::sim::{Convergence, LaunchConfig};
-use warpalloc_device::sim_heap::{SimHeap, SimHeapConfig};
+use warpalloc_host::{Buffer, Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, churn};
 
-fn churn_round(cfg: &LaunchConfig, iterations: u32, max_small: u32) -> u64 {
-    let mut stats = vec![0u64; STATS_WORDS];
+fn churn_round(heap: &mut Heap, stats: &Buffer<u64>, iterations: u32, max_small: u32) -> u64 {
     let args = churn::Args {
-        stats: stats.as_mut_ptr(),
+        stats: stats.kernel_ptr(),
         transfer: std::ptr::null_mut(),
         slots: 0,
         seed: 1,
@@ -24,13 +23,20 @@ fn churn_round(cfg: &LaunchConfig, iterations: u32, max_small: u32) -> u64 {
     };
     // SAFETY: `stats` has the kernel's words and outlives the launch; with
     // `slots == 0` the kernel never touches `transfer`.
-    unsafe { args.simulate(cfg) }.expect("churn launch");
-    assert_eq!(stats[3], 0, "corruption in a benchmark run");
-    stats[0]
+    unsafe { heap.launch((16, 1, 1), (128, 1, 1), args) }.expect("churn launch");
+    let words = heap.launcher().read(stats).expect("read");
+    assert_eq!(words[3], 0, "corruption in a benchmark run");
+    words[0]
 }
 
 fn bench(c: &mut Criterion) {
-    let heap = SimHeap::new(SimHeapConfig::default()).expect("reserve host memory");
+    let launcher =
+        Launcher::new(warpalloc::ptx::KERNELS_TESTS, Prefer::Simulator).expect("launcher");
+    let mut heap = Heap::new(launcher, HeapConfig::default()).expect("heap");
+    let stats = heap
+        .launcher()
+        .alloc_zeroed::<u64>(STATS_WORDS)
+        .expect("buffer");
     let mut group = c.benchmark_group("sim_churn");
     group.sample_size(10);
     for (name, max_small) in [("16B-256B", 256u32), ("16B-8KiB", 8192)] {
@@ -38,15 +44,14 @@ fn bench(c: &mut Criterion) {
             ("1 worker, random", 1, Convergence::Random),
             ("2 workers, converged", 2, Convergence::Converged),
         ] {
-            let cfg = LaunchConfig::linear(16, 128)
+            *heap.launcher_mut().simulator_config() = LaunchConfig::linear(16, 128)
                 .workers(workers)
-                .convergence(convergence)
-                .binding(heap.binding());
+                .convergence(convergence);
             let iterations = 8;
             let ops = 16 * 128 * u64::from(iterations);
             group.throughput(Throughput::Elements(ops));
             group.bench_function(BenchmarkId::new(name, policy), |b| {
-                b.iter(|| churn_round(&cfg, iterations, max_small))
+                b.iter(|| churn_round(&mut heap, &stats, iterations, max_small))
             });
         }
     }

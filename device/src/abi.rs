@@ -1,0 +1,353 @@
+//! The host ABI of a device heap: what the host writes before launches (the
+//! configuration), what it reads between them (the error record and the
+//! counters), and the layout that both sides must agree on.
+//!
+//! ```text
+//!   DeviceHeap (repr(C)), a module global on the GPU
+//!   ┌──────────────┬─────────────┬──────────┬─────────┬──────┬───────┬─────┐
+//!   │ DeviceConfig │ ErrorRecord │ Counters │ Mailbox │ pool │ slots │ ... │
+//!   └──────────────┴─────────────┴──────────┴─────────┴──────┴───────┴─────┘
+//!   LAYOUT: the offset of each part, the size and the alignment; a module
+//!   also carries its own copy as the global `WARPALLOC_HEAP_LAYOUT`
+//!   (`Layout::words`), which the host compares with its own before it
+//!   touches the heap.
+//! ```
+//!
+//! The host never reads or writes these parts by offset: it copies the whole
+//! heap through its device interface, calls [`DeviceHeap`]'s own methods on
+//! the copy, and writes it back. The layout exists so that a host and a
+//! module built from different sources refuse each other instead of
+//! corrupting memory.
+//!
+//! [`DeviceHeap`]: crate::DeviceHeap
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// The module global that holds a module's heap.
+pub const HEAP_SYMBOL: &str = "WARPALLOC_HEAP";
+/// The module global that holds the layout the module was built with.
+pub const LAYOUT_SYMBOL: &str = "WARPALLOC_HEAP_LAYOUT";
+
+/// How a heap gets system memory (slabs and large blocks).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// None bound: every request fails (malloc returns null).
+    Unbound = 0,
+    /// The host's RPC server, over the mailbox: slabs and large blocks are
+    /// mapped on demand.
+    Rpc = 2,
+    /// Slabs from a pool the host mapped before launch (a lock-free stack
+    /// on the device, no RPC on the slab path); large blocks still from the
+    /// RPC server.
+    Pool = 3,
+}
+
+impl ProviderKind {
+    /// The kind stored as `raw`, or `Unbound` for an unknown value.
+    pub fn from_raw(raw: u32) -> ProviderKind {
+        match raw {
+            2 => ProviderKind::Rpc,
+            3 => ProviderKind::Pool,
+            _ => ProviderKind::Unbound,
+        }
+    }
+}
+
+/// What the host configures before launches. Atomics, so that device code
+/// reads what the host wrote (never a folded constant).
+#[repr(C)]
+#[derive(Debug)]
+pub struct DeviceConfig {
+    pub(crate) slot_count: AtomicU32,
+    pub(crate) cache_limit: AtomicU32,
+    pub(crate) provider: AtomicU32,
+    pub(crate) region_base: AtomicU64,
+    pub(crate) region_len: AtomicU64,
+}
+
+impl DeviceConfig {
+    /// An unbound configuration (all zero).
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        DeviceConfig {
+            slot_count: AtomicU32::new(0),
+            cache_limit: AtomicU32::new(0),
+            provider: AtomicU32::new(0),
+            region_base: AtomicU64::new(0),
+            region_len: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A heap's configuration as plain values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConfigValues {
+    /// Slots of the slot table in use (1..=MAX_SLOTS; 0: unbound heap).
+    pub slot_count: u32,
+    /// Slabs the cache keeps (0..=MAX_CACHE).
+    pub cache_limit: u32,
+    /// How the heap gets memory.
+    pub provider: u32,
+    /// Ports of the RPC mailbox.
+    pub port_count: u32,
+    /// Start of the heap's region.
+    pub region_base: u64,
+    /// Bytes of the region (≤ MAX_REGION).
+    pub region_len: u64,
+    /// Device address of the RPC mailbox's first port.
+    pub mailbox: u64,
+}
+
+impl ConfigValues {
+    /// The values with every field in range: slots 1..=MAX_SLOTS (0 stays 0,
+    /// an unbound heap), cache ≤ MAX_CACHE, ports ≤ MAX_PORTS, region ≤
+    /// MAX_REGION, an unknown provider as `Unbound`.
+    pub fn clamped(self) -> ConfigValues {
+        use crate::heap::{MAX_CACHE, MAX_REGION, MAX_SLOTS};
+        ConfigValues {
+            slot_count: if self.slot_count == 0 {
+                0
+            } else {
+                self.slot_count.min(MAX_SLOTS as u32)
+            },
+            cache_limit: self.cache_limit.min(MAX_CACHE as u32),
+            provider: ProviderKind::from_raw(self.provider) as u32,
+            port_count: self.port_count.min(crate::rpc::wire::MAX_PORTS as u32),
+            region_len: self.region_len.min(MAX_REGION),
+            ..self
+        }
+    }
+}
+
+/// Bad frees and failed allocations, as counted on the device.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ErrorRecord {
+    pub(crate) double_frees: AtomicU64,
+    pub(crate) invalid_frees: AtomicU64,
+    pub(crate) out_of_memory: AtomicU64,
+    pub(crate) first_bad_address: AtomicU64,
+}
+
+/// A snapshot of an [`ErrorRecord`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Errors {
+    /// Frees of blocks that were already free (nothing was changed).
+    pub double_frees: u64,
+    /// Frees of pointers the heap never handed out (nothing was changed).
+    pub invalid_frees: u64,
+    /// Allocations that returned null for want of memory.
+    pub out_of_memory: u64,
+    /// The first pointer of a bad free (0: none).
+    pub first_bad_address: u64,
+}
+
+impl ErrorRecord {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        ErrorRecord {
+            double_frees: AtomicU64::new(0),
+            invalid_frees: AtomicU64::new(0),
+            out_of_memory: AtomicU64::new(0),
+            first_bad_address: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a bad free of `addr` in `counter` and keeps the first address.
+    pub(crate) fn record(&self, counter: &AtomicU64, addr: u64) {
+        counter.fetch_add(1);
+        let _ = self.first_bad_address.compare_exchange(0, addr);
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> Errors {
+        Errors {
+            double_frees: self.double_frees.load(Ordering::Relaxed),
+            invalid_frees: self.invalid_frees.load(Ordering::Relaxed),
+            out_of_memory: self.out_of_memory.load(Ordering::Relaxed),
+            first_bad_address: self.first_bad_address.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Device-side counters of slab and block traffic.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Counters {
+    pub(crate) slabs_from_provider: AtomicU64,
+    pub(crate) slabs_from_cache: AtomicU64,
+    pub(crate) slabs_to_cache: AtomicU64,
+    pub(crate) slabs_to_provider: AtomicU64,
+    pub(crate) large_allocations: AtomicU64,
+    pub(crate) large_frees: AtomicU64,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Slabs obtained from the provider (the RPC server or the pool).
+    pub slabs_from_provider: u64,
+    /// Slabs reused from the cache.
+    pub slabs_from_cache: u64,
+    /// Empty slabs kept in the cache.
+    pub slabs_to_cache: u64,
+    /// Empty slabs given back to the provider.
+    pub slabs_to_provider: u64,
+    /// Large blocks allocated.
+    pub large_allocations: u64,
+    /// Large blocks freed.
+    pub large_frees: u64,
+}
+
+impl Traffic {
+    /// Slabs put to use plus large blocks handed out: zero exactly when the
+    /// heap served nothing.
+    pub fn served(&self) -> u64 {
+        self.slabs_from_provider + self.slabs_from_cache + self.large_allocations
+    }
+
+    /// The traffic since `earlier` (counters only grow).
+    pub fn since(&self, earlier: &Traffic) -> Traffic {
+        Traffic {
+            slabs_from_provider: self.slabs_from_provider - earlier.slabs_from_provider,
+            slabs_from_cache: self.slabs_from_cache - earlier.slabs_from_cache,
+            slabs_to_cache: self.slabs_to_cache - earlier.slabs_to_cache,
+            slabs_to_provider: self.slabs_to_provider - earlier.slabs_to_provider,
+            large_allocations: self.large_allocations - earlier.large_allocations,
+            large_frees: self.large_frees - earlier.large_frees,
+        }
+    }
+}
+
+impl Counters {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        Counters {
+            slabs_from_provider: AtomicU64::new(0),
+            slabs_from_cache: AtomicU64::new(0),
+            slabs_to_cache: AtomicU64::new(0),
+            slabs_to_provider: AtomicU64::new(0),
+            large_allocations: AtomicU64::new(0),
+            large_frees: AtomicU64::new(0),
+        }
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> Traffic {
+        Traffic {
+            slabs_from_provider: self.slabs_from_provider.load(Ordering::Relaxed),
+            slabs_from_cache: self.slabs_from_cache.load(Ordering::Relaxed),
+            slabs_to_cache: self.slabs_to_cache.load(Ordering::Relaxed),
+            slabs_to_provider: self.slabs_to_provider.load(Ordering::Relaxed),
+            large_allocations: self.large_allocations.load(Ordering::Relaxed),
+            large_frees: self.large_frees.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Where the parts of a [`DeviceHeap`](crate::DeviceHeap) lie (byte
+/// offsets), its size and alignment, and the sizes of the types the host
+/// shares with the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Bytes of the whole heap.
+    pub size: u64,
+    /// Its alignment.
+    pub align: u64,
+    /// The configuration.
+    pub config: u64,
+    /// The error record.
+    pub errors: u64,
+    /// The counters.
+    pub counters: u64,
+    /// The mailbox binding and its port locks.
+    pub mailbox: u64,
+    /// The slab pool.
+    pub pool: u64,
+    /// The slot table.
+    pub slots: u64,
+    /// The per-class hints.
+    pub hints: u64,
+    /// The granule table.
+    pub granules: u64,
+    /// The slab cache.
+    pub cache: u64,
+    /// Bytes of one RPC port (the mailbox's wire format).
+    pub port_size: u64,
+    /// Bytes of a slab.
+    pub slab_size: u64,
+}
+
+/// Words of [`Layout::words`].
+pub const LAYOUT_WORDS: usize = 14;
+/// Word 0 of [`Layout::words`]: "WAHEAP" and a format number.
+pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0001;
+
+impl Layout {
+    /// The layout as the words of the `WARPALLOC_HEAP_LAYOUT` global:
+    /// [`LAYOUT_MAGIC`], then the fields in declaration order.
+    pub const fn words(&self) -> [u64; LAYOUT_WORDS] {
+        [
+            LAYOUT_MAGIC,
+            self.size,
+            self.align,
+            self.config,
+            self.errors,
+            self.counters,
+            self.mailbox,
+            self.pool,
+            self.slots,
+            self.hints,
+            self.granules,
+            self.cache,
+            self.port_size,
+            self.slab_size,
+        ]
+    }
+
+    /// The layout in `words` (as a module's `WARPALLOC_HEAP_LAYOUT` holds
+    /// it), or `None` when the magic word is wrong.
+    pub fn from_words(w: &[u64; LAYOUT_WORDS]) -> Option<Layout> {
+        (w[0] == LAYOUT_MAGIC).then_some(Layout {
+            size: w[1],
+            align: w[2],
+            config: w[3],
+            errors: w[4],
+            counters: w[5],
+            mailbox: w[6],
+            pool: w[7],
+            slots: w[8],
+            hints: w[9],
+            granules: w[10],
+            cache: w[11],
+            port_size: w[12],
+            slab_size: w[13],
+        })
+    }
+
+    /// The name and the two values of the first field where `self` and
+    /// `other` differ.
+    pub fn first_difference(&self, other: &Layout) -> Option<(&'static str, u64, u64)> {
+        const NAMES: [&str; LAYOUT_WORDS] = [
+            "magic",
+            "size",
+            "align",
+            "config",
+            "errors",
+            "counters",
+            "mailbox",
+            "pool",
+            "slots",
+            "hints",
+            "granules",
+            "cache",
+            "port_size",
+            "slab_size",
+        ];
+        let (a, b) = (self.words(), other.words());
+        (0..LAYOUT_WORDS)
+            .find(|&i| a[i] != b[i])
+            .map(|i| (NAMES[i], a[i], b[i]))
+    }
+}

@@ -1,0 +1,197 @@
+//! Checks and counts of a quiescent heap (no kernel running): its invariants
+//! (`check`) and what is live in it (`census`).
+//!
+//! Both read the heap's own state directly and the slabs' headers and
+//! bitfields through a [`SlabMemory`], so that a host runs them on its copy
+//! of a device heap, reading slab memory through its device interface.
+
+use super::DeviceHeap;
+use crate::granule::Granule;
+use crate::guard::INVALID;
+use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SHIFT, WORD_BITS, class_index, geometry};
+use crate::slab::{Header, MAGIC};
+
+/// Where slab memory is read from.
+pub trait SlabMemory {
+    /// Reads `out.len()` words at `addr` (4-byte aligned); `false` if the
+    /// memory cannot be read.
+    fn read_words(&self, addr: u64, out: &mut [u32]) -> bool;
+}
+
+/// What is live in a heap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Slots that publish a slab.
+    pub live_slabs: u64,
+    /// Blocks allocated in slabs (set bits).
+    pub live_blocks: u64,
+    /// Their bytes (block sizes, not the requested sizes).
+    pub live_block_bytes: u64,
+    /// Large blocks allocated.
+    pub large_blocks: u64,
+    /// Their bytes.
+    pub large_bytes: u64,
+    /// Empty slabs in the cache.
+    pub cached_slabs: u64,
+    /// Slabs in the pool.
+    pub pool_slabs: u64,
+}
+
+impl Census {
+    /// Allocations live now (slab blocks and large blocks).
+    pub fn live_allocations(&self) -> u64 {
+        self.live_blocks + self.large_blocks
+    }
+
+    /// Their bytes.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_block_bytes + self.large_bytes
+    }
+}
+
+/// Bitfield words read at a time.
+const BATCH: usize = 64;
+
+fn read_header(mem: &dyn SlabMemory, slab: u64) -> Option<Header> {
+    let mut w = [0u32; 4];
+    mem.read_words(slab, &mut w).then_some(Header {
+        block: w[0],
+        slot: w[1],
+        words: w[2],
+        magic: w[3],
+    })
+}
+
+/// The geometry a header names, if it is one of ours.
+fn header_geometry(h: &Header) -> Option<Geometry> {
+    if h.magic != MAGIC || h.block < 16 || u64::from(h.block) > crate::size_class::LARGE_THRESHOLD {
+        return None;
+    }
+    let geo = geometry(class_index(h.block));
+    (geo.block == h.block).then_some(geo)
+}
+
+/// Calls `f(word_index, word)` on the first `words` bitfield words of `slab`.
+fn for_each_word(
+    mem: &dyn SlabMemory,
+    slab: u64,
+    words: u32,
+    mut f: impl FnMut(u32, u32),
+) -> Result<(), &'static str> {
+    let mut buf = [0u32; BATCH];
+    let mut at = 0u32;
+    while at < words {
+        let n = ((words - at) as usize).min(BATCH);
+        let addr = slab + u64::from(HEADER_BYTES) + 4 * u64::from(at);
+        if !mem.read_words(addr, &mut buf[..n]) {
+            return Err("a slab's bitfield cannot be read");
+        }
+        for (i, &w) in buf[..n].iter().enumerate() {
+            f(at + i as u32, w);
+        }
+        at += n as u32;
+    }
+    Ok(())
+}
+
+impl DeviceHeap {
+    /// The published slabs: (slot, slab).
+    fn published(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.slots
+            .iter(self.slot_count() as usize)
+            .enumerate()
+            .filter_map(|(i, g)| g.peek().map(|slab| (i as u32, slab)))
+    }
+
+    /// Checks the invariants of a quiescent heap (no kernel running),
+    /// reading slabs through `mem`; returns the first violation.
+    pub fn check(&self, mem: &dyn SlabMemory) -> Result<(), &'static str> {
+        for (index, slab) in self.published() {
+            let header = read_header(mem, slab).ok_or("a slab's header cannot be read")?;
+            if header.slot != index {
+                return Err("a slab's header names another slot");
+            }
+            let Some(granule) = self.granule_of(slab) else {
+                return Err("a published slab lies outside the region");
+            };
+            if self.granules.get(granule) != (Granule::Slab { slot: index }) {
+                return Err("a published slab's granule entry is not Slab(its slot)");
+            }
+            let Some(geo) = header_geometry(&header) else {
+                return Err("a published slab has no valid class");
+            };
+            let (mut set, mut phantom) = (0u64, false);
+            let (last, used) = (geo.usable / WORD_BITS, geo.usable % WORD_BITS);
+            for_each_word(mem, slab, geo.words, |i, w| {
+                set += u64::from(w.count_ones());
+                let valid = if i < last {
+                    u32::MAX
+                } else if i == last {
+                    (1u32 << used) - 1
+                } else {
+                    0
+                };
+                phantom |= w & !valid != 0;
+            })?;
+            let refs = self.slot(index).raw_count();
+            if refs & INVALID != 0 || refs < set {
+                return Err("a slab's reference count is below its set bits");
+            }
+            if phantom {
+                return Err("a slab has bits set beyond its usable blocks");
+            }
+        }
+        for granule in 0..(self.region().1 >> SLAB_SHIFT) as u32 {
+            if let Granule::Slab { slot } = self.granules.get(granule)
+                && self.slot(slot).peek() != Some(self.granule_addr(granule))
+            {
+                return Err("a granule entry names a slot that does not publish its slab");
+            }
+        }
+        let mut dirty = Ok(false);
+        self.cache.for_each(|slab| {
+            let Some(header) = read_header(mem, slab) else {
+                dirty = Err("a cached slab's header cannot be read");
+                return;
+            };
+            if let Err(e) = for_each_word(mem, slab, header.words.min(1 << 12), |_, w| {
+                if w != 0 {
+                    dirty = Ok(true);
+                }
+            }) {
+                dirty = Err(e);
+            }
+        });
+        if dirty? {
+            return Err("a cached slab has bits set");
+        }
+        Ok(())
+    }
+
+    /// What is live in a quiescent heap, reading slabs through `mem`.
+    pub fn census(&self, mem: &dyn SlabMemory) -> Result<Census, &'static str> {
+        let mut c = Census {
+            cached_slabs: self.cached_slabs() as u64,
+            pool_slabs: self.pool_len() as u64,
+            ..Census::default()
+        };
+        for (_, slab) in self.published() {
+            c.live_slabs += 1;
+            let header = read_header(mem, slab).ok_or("a slab's header cannot be read")?;
+            let geo = header_geometry(&header).ok_or("a published slab has no valid class")?;
+            let mut set = 0u64;
+            for_each_word(mem, slab, geo.words, |_, w| {
+                set += u64::from(w.count_ones())
+            })?;
+            c.live_blocks += set;
+            c.live_block_bytes += set * u64::from(geo.block);
+        }
+        for granule in 0..(self.region().1 >> SLAB_SHIFT) as u32 {
+            if let Granule::Large { granules } = self.granules.get(granule) {
+                c.large_blocks += 1;
+                c.large_bytes += u64::from(granules) << SLAB_SHIFT;
+            }
+        }
+        Ok(c)
+    }
+}

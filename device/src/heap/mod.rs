@@ -1,0 +1,523 @@
+//! The device heap: all allocator state in one value, and the malloc and
+//! free front end over it.
+//!
+//! ```text
+//!   DeviceHeap (repr(C); abi.rs has the layout the host checks)
+//!   ├── config      slot count, cache limit, provider, region   (host-written)
+//!   ├── errors      double / invalid frees, first bad address, OOM count
+//!   ├── counters    slabs from provider / cache, to cache / provider; large
+//!   ├── mailbox     where the host's RPC ports are, and their lock bits
+//!   ├── pool        slabs mapped before launch (pool mode), a lock-free stack
+//!   ├── slots[]     32 768 guards → slabs (64 GiB of 2 MiB slabs)
+//!   ├── hints[]     per size class: the slot that served it last
+//!   ├── granules[]  per 2 MiB granule of the region: Unused | Slab(slot) |
+//!   │               Large(granules) | Freed — what `free` may touch
+//!   └── cache       released slabs kept for reuse (bounded, lock-free)
+//! ```
+//!
+//! On the GPU the heap is the module global `WARPALLOC_HEAP`; in the
+//! simulator it is the emulated module's copy of that global, which each
+//! launch binds to its lanes (`LaunchConfig::binding`). The host configures,
+//! fills, inspects and drains it with this type's own methods, on a copy it
+//! reads and writes back through its device interface.
+//!
+//! # malloc, for the lanes of `lane_mask`
+//! 1. `place`: a size class, a large block, or nothing (null).
+//! 2. `find_slab` (search.rs): a slab of the class with room, and a
+//!    reservation on it.
+//! 3. `Slab::allocate`: the group's random walk over the bitfield.
+//!
+//! # free
+//! The granule table says whether the pointer's granule is a live slab or the
+//! head of a large block; anything else is a double or invalid free, counted
+//! and otherwise ignored. Lanes freeing into one slab take one reference for
+//! the group (so the slab cannot die under them), clear their bits — a bit
+//! already clear is a double free, counted, nothing changed — and give back
+//! the group's references plus one per block freed. The release that reaches
+//! zero disposes of the slab.
+//!
+//! Invariants (`check` verifies them when the heap is quiescent):
+//! * a published slot's slab has `header.slot == index`, its granule entry is
+//!   `Slab(index)`, and `refs ≥ set bits`; no bit at or above `usable` is set;
+//! * a cached slab has every bit clear;
+//! * every granule the provider handed out is exactly one of: a published
+//!   slab, a cached or pooled slab, a slab being created or disposed of, a
+//!   live large block.
+
+mod check;
+mod search;
+
+pub use check::{Census, SlabMemory};
+
+use crate::abi::{
+    ConfigValues, Counters, DeviceConfig, ErrorRecord, Errors, Layout, ProviderKind, Traffic,
+};
+use crate::cache::SlabCache;
+use crate::granule::{Granule, GranuleTable};
+use crate::guard::{Guard, Lock};
+use crate::pool::SlabPool;
+use crate::rpc::Mailbox;
+use crate::simt;
+use crate::size_class::{CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, geometry, place};
+use crate::slab::Slab;
+use crate::sync::{AtomicU32, Ordering, SharedArray};
+
+/// Slots in the table: 32 768 × 2 MiB = 64 GiB of slabs.
+pub const MAX_SLOTS: usize = 32_768;
+/// The largest region a heap can manage.
+pub const MAX_REGION: u64 = 64 << 30;
+/// Granule-table entries: one per 2 MiB of the largest region.
+pub const REGION_GRANULES: usize = (MAX_REGION >> SLAB_SHIFT) as usize;
+/// Entries of the slab cache (its limit is configured up to this).
+pub const MAX_CACHE: usize = 256;
+/// The slab cache's default limit.
+pub const DEFAULT_CACHE: u32 = 32;
+
+const _: () = assert!(REGION_GRANULES == MAX_SLOTS);
+const _: () = assert!(MAX_SLOTS.is_power_of_two() && MAX_SLOTS <= 1 << 30);
+const _: () = assert!(REGION_GRANULES.is_power_of_two());
+
+/// All allocator state of one heap. `repr(C)`, every field atomic, all-zero
+/// is [`DeviceHeap::new`]: a zero-initialised module global is an unbound
+/// heap, and a host can copy the bytes.
+#[repr(C)]
+pub struct DeviceHeap {
+    config: DeviceConfig,
+    errors: ErrorRecord,
+    counters: Counters,
+    mailbox: Mailbox,
+    pool: SlabPool<REGION_GRANULES>,
+    slots: SharedArray<Guard, MAX_SLOTS>,
+    hints: [AtomicU32; CLASS_COUNT],
+    granules: GranuleTable<REGION_GRANULES>,
+    cache: SlabCache<MAX_CACHE>,
+}
+
+/// The layout of [`DeviceHeap`] as this build compiles it.
+pub const LAYOUT: Layout = Layout {
+    size: core::mem::size_of::<DeviceHeap>() as u64,
+    align: core::mem::align_of::<DeviceHeap>() as u64,
+    config: core::mem::offset_of!(DeviceHeap, config) as u64,
+    errors: core::mem::offset_of!(DeviceHeap, errors) as u64,
+    counters: core::mem::offset_of!(DeviceHeap, counters) as u64,
+    mailbox: core::mem::offset_of!(DeviceHeap, mailbox) as u64,
+    pool: core::mem::offset_of!(DeviceHeap, pool) as u64,
+    slots: core::mem::offset_of!(DeviceHeap, slots) as u64,
+    hints: core::mem::offset_of!(DeviceHeap, hints) as u64,
+    granules: core::mem::offset_of!(DeviceHeap, granules) as u64,
+    cache: core::mem::offset_of!(DeviceHeap, cache) as u64,
+    port_size: core::mem::size_of::<crate::rpc::wire::Port>() as u64,
+    slab_size: SLAB_SIZE,
+};
+
+const _: () = assert!(core::mem::size_of::<Guard>() == 16);
+const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 4 * 8);
+const _: () = assert!(core::mem::size_of::<Counters>() == 6 * 8);
+const _: () = assert!(core::mem::size_of::<DeviceHeap>() < (1 << 20));
+
+/// Where a pointer given to `free` points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Null,
+    Slab { base: u64, slot: u32 },
+    Large { granule: u32, granules: u32 },
+    DoubleFree,
+    Invalid,
+}
+
+impl DeviceHeap {
+    // Panic-free accessors for the hot paths: indices are in range by
+    // construction (slot indices are reduced modulo the slot count, granule
+    // indices come from a region of at most MAX_REGION, class indices from
+    // `place`), and masking or clamping them keeps the PTX free of bounds
+    // checks and their formatting machinery.
+
+    #[inline(always)]
+    fn slot(&self, index: u32) -> &Guard {
+        self.slots.get(index as usize)
+    }
+
+    #[inline(always)]
+    fn class_hint(&self, class: usize) -> &AtomicU32 {
+        &self.hints[class.min(CLASS_COUNT - 1)]
+    }
+
+    /// An unbound heap: every allocation returns null until the host binds a
+    /// region and a provider. All zeroes, so it can be a zero-initialised GPU
+    /// global.
+    pub const fn new() -> Self {
+        DeviceHeap {
+            config: DeviceConfig::new(),
+            errors: ErrorRecord::new(),
+            counters: Counters::new(),
+            mailbox: Mailbox::new(),
+            pool: SlabPool::new(),
+            slots: SharedArray::new([const { Guard::new() }; MAX_SLOTS]),
+            hints: [const { AtomicU32::new(0) }; CLASS_COUNT],
+            granules: GranuleTable::new(),
+            cache: SlabCache::new(),
+        }
+    }
+
+    // ----------------------------------------------------------------------
+    // Configuration (host side, when no kernel runs)
+    // ----------------------------------------------------------------------
+
+    #[inline(always)]
+    fn slot_count(&self) -> u32 {
+        self.config.slot_count.load(Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn provider(&self) -> ProviderKind {
+        ProviderKind::from_raw(self.config.provider.load(Ordering::Relaxed))
+    }
+
+    #[inline(always)]
+    fn cache_limit(&self) -> usize {
+        self.config.cache_limit.load(Ordering::Relaxed) as usize
+    }
+
+    /// Writes a whole configuration (clamped, see
+    /// [`ConfigValues::clamped`]) and binds the mailbox it names. Host side,
+    /// when no kernel runs.
+    pub fn configure(&self, values: ConfigValues) {
+        let v = values.clamped();
+        let c = &self.config;
+        c.cache_limit.store(v.cache_limit, Ordering::Relaxed);
+        c.provider.store(v.provider, Ordering::Relaxed);
+        c.region_base.store(v.region_base, Ordering::Relaxed);
+        c.region_len.store(v.region_len, Ordering::Relaxed);
+        c.slot_count.store(v.slot_count, Ordering::Relaxed);
+        self.mailbox.bind(v.mailbox, v.port_count);
+    }
+
+    /// The configuration now.
+    pub fn config_values(&self) -> ConfigValues {
+        let c = &self.config;
+        let (mailbox, port_count) = self.mailbox.ports();
+        ConfigValues {
+            slot_count: c.slot_count.load(Ordering::Relaxed),
+            cache_limit: c.cache_limit.load(Ordering::Relaxed),
+            provider: c.provider.load(Ordering::Relaxed),
+            port_count,
+            region_base: c.region_base.load(Ordering::Relaxed),
+            region_len: c.region_len.load(Ordering::Relaxed),
+            mailbox,
+        }
+    }
+
+    /// The region this heap manages: (base, length).
+    pub fn region(&self) -> (u64, u64) {
+        (
+            self.config.region_base.load(Ordering::Relaxed),
+            self.config.region_len.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The mailbox binding (the host reads its lock bits between launches).
+    pub fn mailbox(&self) -> &Mailbox {
+        &self.mailbox
+    }
+
+    /// The granule index of `addr`, if it lies in the region.
+    #[inline(always)]
+    fn granule_of(&self, addr: u64) -> Option<u32> {
+        let (base, len) = self.region();
+        let offset = addr.checked_sub(base)?;
+        (offset < len).then_some((offset >> SLAB_SHIFT) as u32)
+    }
+
+    /// The address of granule `index`.
+    #[inline(always)]
+    fn granule_addr(&self, index: u32) -> u64 {
+        self.config.region_base.load(Ordering::Relaxed) + (u64::from(index) << SLAB_SHIFT)
+    }
+
+    // ----------------------------------------------------------------------
+    // System memory: the host over RPC, or the pool
+    // ----------------------------------------------------------------------
+
+    /// System memory: `bytes` aligned to `align`, or 0. One lane calls it.
+    fn system_allocate(&self, bytes: u64, align: u64) -> u64 {
+        match (self.provider(), self.mailbox.client()) {
+            (ProviderKind::Rpc | ProviderKind::Pool, Some(client)) => client
+                .alloc(1 << simt::lane_id(), bytes, align)
+                .unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// Gives system memory back. One lane calls it; it does not wait.
+    fn system_deallocate(&self, addr: u64, bytes: u64) {
+        if let (ProviderKind::Rpc | ProviderKind::Pool, Some(client)) =
+            (self.provider(), self.mailbox.client())
+        {
+            client.free(1 << simt::lane_id(), addr, bytes);
+        }
+    }
+
+    /// Puts the mapped, zeroed slab at `slab` in the pool (host side, pool
+    /// mode, before launches). `false` if it is not a slab of the region.
+    pub fn pool_push(&self, slab: u64) -> bool {
+        match self.granule_of(slab) {
+            Some(granule) if slab.is_multiple_of(SLAB_SIZE) => {
+                self.pool.push(granule);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A slab from the pool, if any.
+    fn pool_pop(&self) -> Option<u64> {
+        self.pool.pop().map(|g| self.granule_addr(g))
+    }
+
+    // ----------------------------------------------------------------------
+    // malloc
+    // ----------------------------------------------------------------------
+
+    /// Allocates `bytes` aligned to `align` for each lane of `lane_mask` (all
+    /// of which call this together). Null for a zero or impossible size, a
+    /// non-power-of-two alignment, or no memory.
+    pub fn allocate(&self, lane_mask: u32, bytes: u64, align: u64) -> *mut u8 {
+        let bound = self.slot_count() != 0;
+        let placement = if bound {
+            place(bytes, align)
+        } else {
+            Placement::Invalid
+        };
+        let small = matches!(placement, Placement::Slab { .. });
+        let slab_lanes = simt::ballot(lane_mask, small);
+        let addr = match placement {
+            Placement::Slab { class } => {
+                let block = self.allocate_small(slab_lanes, class);
+                if block == 0 {
+                    0
+                } else {
+                    // `align` is a power of two (`place` checked).
+                    (block + align - 1) & !(align - 1)
+                }
+            }
+            Placement::Large { bytes, align } => self.allocate_large(bytes, align),
+            Placement::Invalid => return core::ptr::null_mut(),
+        };
+        if addr == 0 {
+            self.errors.out_of_memory.fetch_add(1);
+            return core::ptr::null_mut();
+        }
+        core::ptr::with_exposed_provenance_mut(addr as usize)
+    }
+
+    /// A block of class `class` for each lane of `lane_mask`; 0 for lanes
+    /// that found no memory.
+    fn allocate_small(&self, lane_mask: u32, class: usize) -> u64 {
+        let found = self.find_slab(lane_mask, class);
+        if found.slab == 0 {
+            return 0;
+        }
+        // SAFETY: `find_slab` gave every lane of `found.uniform` a reference
+        // and a position ≤ usable on this live slab of class `class`.
+        unsafe { Slab(found.slab).allocate(found.uniform, found.reserved, geometry(class)) }
+    }
+
+    /// A large block straight from the provider (one lane).
+    fn allocate_large(&self, bytes: u64, align: u64) -> u64 {
+        let addr = self.system_allocate(bytes, align);
+        if addr == 0 {
+            return 0;
+        }
+        let Some(granule) = self.granule_of(addr) else {
+            // Outside the region the heap cannot vouch for it on free.
+            self.system_deallocate(addr, bytes);
+            return 0;
+        };
+        self.granules.set(
+            granule,
+            Granule::Large {
+                granules: (bytes >> SLAB_SHIFT) as u32,
+            },
+        );
+        self.counters.large_allocations.fetch_add(1);
+        addr
+    }
+
+    // ----------------------------------------------------------------------
+    // free
+    // ----------------------------------------------------------------------
+
+    /// Where `addr` points, from the granule table.
+    #[inline(always)]
+    fn target(&self, addr: u64) -> Target {
+        if addr == 0 {
+            return Target::Null;
+        }
+        let Some(granule) = self.granule_of(addr) else {
+            return Target::Invalid;
+        };
+        let aligned = addr.is_multiple_of(SLAB_SIZE);
+        match self.granules.get(granule) {
+            // Ours once, freed since: a stale pointer.
+            Granule::Freed => Target::DoubleFree,
+            Granule::Slab { slot } if !aligned => Target::Slab {
+                base: Slab::containing(addr).0,
+                slot,
+            },
+            Granule::Large { granules } if aligned => Target::Large { granule, granules },
+            // Never ours, a slab's header, or inside a large block.
+            _ => Target::Invalid,
+        }
+    }
+
+    /// Frees `ptr` for each lane of `lane_mask` (all of which call this
+    /// together). Null is a no-op; a double or invalid free changes nothing
+    /// and is counted.
+    pub fn deallocate(&self, lane_mask: u32, ptr: *mut u8) {
+        let addr = ptr.expose_provenance() as u64;
+        let target = self.target(addr);
+        let slab_lanes = simt::ballot(lane_mask, matches!(target, Target::Slab { .. }));
+        match target {
+            Target::Null => {}
+            Target::Invalid => self.errors.record(&self.errors.invalid_frees, addr),
+            Target::DoubleFree => self.errors.record(&self.errors.double_frees, addr),
+            Target::Large { granule, granules } => self.free_large(granule, granules, addr),
+            Target::Slab { base, slot } => self.free_small(slab_lanes, base, slot, addr),
+        }
+    }
+
+    /// Counts `ptr` as an invalid free (a `realloc` of a pointer the heap
+    /// never handed out).
+    pub fn note_invalid_free(&self, ptr: *mut u8) {
+        self.errors
+            .record(&self.errors.invalid_frees, ptr.expose_provenance() as u64);
+    }
+
+    fn free_large(&self, granule: u32, granules: u32, addr: u64) {
+        // Exactly one free of a block wins the entry; a racing or later one
+        // sees Freed.
+        let head = Granule::Large { granules };
+        if !self.granules.replace(granule, head, Granule::Freed) {
+            self.errors.record(&self.errors.double_frees, addr);
+            return;
+        }
+        self.counters.large_frees.fetch_add(1);
+        self.system_deallocate(addr, u64::from(granules) << SLAB_SHIFT);
+    }
+
+    /// Frees blocks of slabs for the lanes of `lane_mask`.
+    fn free_small(&self, lane_mask: u32, base: u64, slot: u32, addr: u64) {
+        let uniform = simt::match_any_u64(lane_mask, base);
+        let leader = simt::leader(uniform);
+        let n = u64::from(uniform.count_ones());
+        let slot_ok = (slot as usize) < MAX_SLOTS;
+        let mut live = 0u32;
+        if simt::lane_id() == leader && slot_ok {
+            match self.slot(slot).lock(n, false) {
+                Lock::Acquired { slab, .. } if slab == base => live = 1,
+                Lock::Acquired { .. } => {
+                    // The slot now holds another slab: the pointer's slab is
+                    // gone. Give the references back.
+                    self.release_slot(slot, 1 << leader, n);
+                }
+                _ => {}
+            }
+        }
+        let live = simt::shfl_u32(uniform, live, leader) != 0;
+        if !live {
+            self.errors.record(&self.errors.double_frees, addr);
+            return;
+        }
+        // The group holds n references: the slab stays put.
+        // SAFETY: live and referenced.
+        let geo = unsafe { Slab(base).geometry() };
+        let index = geo.and_then(|g| Slab(base).index_of(addr, g));
+        let freed = match index {
+            // SAFETY: referenced live slab, `i < usable`.
+            Some(i) => unsafe { Slab(base).deallocate(i) },
+            None => false,
+        };
+        if !freed {
+            let counter = if index.is_some() {
+                &self.errors.double_frees
+            } else {
+                &self.errors.invalid_frees
+            };
+            self.errors.record(counter, addr);
+        }
+        let blocks_freed = simt::ballot(uniform, freed).count_ones();
+        self.release_slot(slot, uniform, n + u64::from(blocks_freed));
+    }
+
+    // ----------------------------------------------------------------------
+    // Queries
+    // ----------------------------------------------------------------------
+
+    /// The bytes usable at `ptr` (from `ptr` to the end of its block), or 0
+    /// if it is not a live allocation's address.
+    pub fn usable_size(&self, ptr: *const u8) -> u64 {
+        let addr = ptr.expose_provenance() as u64;
+        match self.target(addr) {
+            Target::Slab { base, .. } => {
+                // SAFETY: the caller owns the allocation at `ptr`, so the slab
+                // is live.
+                let Some(geo) = (unsafe { Slab(base).geometry() }) else {
+                    return 0;
+                };
+                match Slab(base).index_of(addr, geo) {
+                    Some(i) => Slab(base).block_addr(i, geo) + u64::from(geo.block) - addr,
+                    None => 0,
+                }
+            }
+            Target::Large { granules, .. } => u64::from(granules) << SLAB_SHIFT,
+            _ => 0,
+        }
+    }
+
+    /// The device's error counters.
+    pub fn errors(&self) -> Errors {
+        self.errors.snapshot()
+    }
+
+    /// The device's slab and block traffic.
+    pub fn traffic(&self) -> Traffic {
+        self.counters.snapshot()
+    }
+
+    /// Slots that publish a slab now (quiescent heap).
+    pub fn live_slabs(&self) -> usize {
+        self.slots
+            .iter(self.slot_count() as usize)
+            .filter(|g| g.peek().is_some())
+            .count()
+    }
+
+    /// Slabs in the cache now.
+    pub fn cached_slabs(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Slabs in the pool now (quiescent heap).
+    pub fn pool_len(&self) -> usize {
+        self.pool.len()
+    }
+
+    /// Empties the cache, handing each slab to `f` and counting it as given
+    /// back to the provider (host side, no kernel running: a trim gives them
+    /// back to the backing). Returns how many.
+    pub fn take_cached(&self, mut f: impl FnMut(u64)) -> usize {
+        let mut n = 0;
+        self.cache.drain(|slab| {
+            self.counters.slabs_to_provider.fetch_add(1);
+            f(slab);
+            n += 1;
+        });
+        n
+    }
+}
+
+impl Default for DeviceHeap {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,274 @@
+//! Slot search: finding a slab of a class with room, and the slab's life in
+//! a slot — created by the group that claimed an empty slot, disposed of by
+//! the release that takes its count to zero.
+//!
+//! ```text
+//!   lanes of one class ─► hint[class] ─► its slot: room? ── yes ─► lock
+//!                              │ no                                  │
+//!                              ▼                                     ▼
+//!            scan from hash(class): slot i, i+1, ... ─► empty: claim, create
+//!                                                       full / other class: next
+//! ```
+//!
+//! Lanes aiming at the same slot form a `uniform` group whose leader locks
+//! the slot for all of them with one atomic (the guard's count grows by the
+//! group's size); each lane's position among the reservations tells whether
+//! it got room. A group that claimed an empty slot gets a slab (cache, pool,
+//! else the host), zeroes its bitfield together and publishes it. The scan
+//! ends at the table's end: out of memory.
+
+use super::DeviceHeap;
+use crate::abi::ProviderKind;
+use crate::granule::Granule;
+use crate::guard::{Lock, MAX_TRIES};
+use crate::simt;
+use crate::size_class::{SLAB_SIZE, geometry};
+use crate::slab::Slab;
+use crate::sync::Ordering;
+
+/// `count` from a lock that claimed an empty slot: the group must create the
+/// slab.
+const FRESH: u64 = u64::MAX;
+/// `count` from a lock whose claim found no memory.
+const NO_MEMORY: u64 = u64::MAX - 1;
+/// `count` from a lock of an empty slot the lane may not claim: move on.
+const SKIP: u64 = u64::MAX - 2;
+/// `count` from a lock of a slot being created: wait for it.
+const CREATING: u64 = u64::MAX - 3;
+
+/// The result of `find_slab` for one lane.
+#[derive(Clone, Copy)]
+pub(super) struct Found {
+    pub(super) slab: u64,
+    pub(super) reserved: u64,
+    pub(super) uniform: u32,
+}
+
+/// The slot a class's scan starts from: a hash of the class, spread over the
+/// table (murmur3's finaliser).
+#[inline(always)]
+fn start_slot(class: usize, slot_count: u32) -> u32 {
+    let mut x = class as u32 + 1;
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x85eb_ca6b);
+    x ^= x >> 13;
+    x = x.wrapping_mul(0xc2b2_ae35);
+    x ^= x >> 16;
+    x % slot_count.max(1)
+}
+
+impl DeviceHeap {
+    /// The slot hint of `class`, valid for the current table size.
+    #[inline(always)]
+    fn hint(&self, class: usize, slot_count: u32) -> u32 {
+        match self.class_hint(class).load(Ordering::Relaxed) {
+            0 => start_slot(class, slot_count),
+            h => (h - 1) % slot_count.max(1),
+        }
+    }
+
+    /// Finds each lane of `lane_mask` a slab of class `class` with room, and
+    /// a reservation on it.
+    pub(super) fn find_slab(&self, lane_mask: u32, class: usize) -> Found {
+        let geo = geometry(class);
+        let usable = u64::from(geo.usable);
+        let slot_count = self.slot_count();
+        let hint = self.hint(class, slot_count);
+        let base = start_slot(class, slot_count);
+        let mut found = Found {
+            slab: 0,
+            reserved: 0,
+            uniform: 0,
+        };
+        let mut may_claim = true;
+        let mut offset = 0u32;
+        let mut retries = 0u32;
+        let mut backoff = simt::Backoff::new();
+        let mut done = false;
+        loop {
+            let searching = simt::ballot(lane_mask, !done);
+            if searching == 0 {
+                return found;
+            }
+            if done {
+                continue;
+            }
+            // Lanes still looking: `searching`, all of them here.
+            let index = if offset == 0 {
+                hint
+            } else {
+                (base + offset - 1) % slot_count.max(1)
+            };
+            let guard = self.slot(index);
+            let available = offset == 0 || guard.use_count() < usable;
+            let slab_mask = simt::ballot(searching, available);
+            if available {
+                let key = ((class as u64) << 32) | u64::from(index);
+                let group = simt::match_any_u64(slab_mask, key);
+                let (slab, count) = self.try_lock(slab_mask, group, index, class, may_claim);
+                // SAFETY: a non-zero `slab` is live and referenced by us.
+                let fits = slab != 0
+                    && count <= usable
+                    && unsafe { Slab(slab).header() }.block == geo.block;
+                let locked = simt::ballot(slab_mask, fits);
+                let spare = simt::ballot(slab_mask, slab != 0) & !locked;
+                if fits {
+                    if index != hint && simt::is_leader(group & locked) {
+                        self.class_hint(class).store(index + 1, Ordering::Relaxed);
+                    }
+                    found = Found {
+                        slab,
+                        reserved: count,
+                        uniform: group & locked,
+                    };
+                    done = true;
+                } else if slab != 0 {
+                    // Wrong class, or more lanes than room: give the group's
+                    // unused references back.
+                    self.unlock_slot(index, spare & group);
+                } else if count == NO_MEMORY {
+                    // No memory for new slabs: keep looking for room in
+                    // existing ones only.
+                    may_claim = false;
+                } else if count == CREATING {
+                    // Being created, most likely for our class: wait for it
+                    // rather than create a second slab. The creators make
+                    // progress on their own (they wait for no one), so this
+                    // ends.
+                    backoff.snooze();
+                    continue;
+                } else if count != SKIP && retries < MAX_TRIES {
+                    // Being destroyed: it will be empty (claimable) soon.
+                    retries += 1;
+                    backoff.snooze();
+                    continue;
+                }
+            }
+            retries = 0;
+            offset += 1;
+            if offset > slot_count {
+                done = true;
+            }
+        }
+    }
+
+    /// Locks slot `index` for the lanes of `group` (a subset of
+    /// `lane_mask`, all calling). Returns the slab and the lane's 1-based
+    /// position among its reservations, or (0, 0 | NO_MEMORY | SKIP |
+    /// CREATING).
+    fn try_lock(
+        &self,
+        lane_mask: u32,
+        group: u32,
+        index: u32,
+        class: usize,
+        may_claim: bool,
+    ) -> (u64, u64) {
+        let leader = simt::leader(group);
+        let n = u64::from(group.count_ones());
+        let guard = self.slot(index);
+        let (mut slab, mut count, mut clean_words) = (0u64, 0u64, 0u32);
+        if simt::lane_id() == leader {
+            match guard.lock(n, may_claim) {
+                Lock::Acquired { slab: s, count: c } => (slab, count) = (s, c),
+                Lock::Claimed => match self.obtain_slab() {
+                    Some((s, clean)) => (slab, count, clean_words) = (s, FRESH, clean),
+                    None => {
+                        guard.abandon();
+                        count = NO_MEMORY;
+                    }
+                },
+                Lock::Empty => count = SKIP,
+                Lock::Creating => count = CREATING,
+                Lock::Busy => {}
+            }
+        }
+        let slab = simt::shfl_u64(lane_mask, slab, leader);
+        let mut count = simt::shfl_u64(lane_mask, count, leader);
+        if slab == 0 {
+            return (0, count);
+        }
+        if count == FRESH {
+            // The whole group creates the slab: zero the bitfield together,
+            // then the leader publishes it.
+            let clean_words = simt::shfl_u32(group, clean_words, leader);
+            // SAFETY: the group owns the claimed slot's new slab exclusively.
+            unsafe { Slab(slab).init(group, geometry(class), index, clean_words) };
+            if simt::lane_id() == leader {
+                if let Some(granule) = self.granule_of(slab) {
+                    self.granules.set(granule, Granule::Slab { slot: index });
+                }
+                count = guard.publish(slab, n);
+            }
+            count = simt::shfl_u64(group, count, leader);
+        }
+        let rank = u64::from((group & simt::lanemask_lt()).count_ones());
+        (slab, count - n + rank + 1)
+    }
+
+    /// A slab for a claimed slot: from the cache, else the pool or the host.
+    /// Returns it with the number of bitfield words known to be zero.
+    fn obtain_slab(&self) -> Option<(u64, u32)> {
+        if let Some(slab) = self.cache.pop(self.cache_limit()) {
+            self.counters.slabs_from_cache.fetch_add(1);
+            // SAFETY: cached slabs are mapped, with the header of their last
+            // life; every bit of that life's bitfield is clear (the cache's
+            // invariant).
+            let words = unsafe { Slab(slab).header() }.words;
+            return Some((slab, words));
+        }
+        let slab = if self.provider() == ProviderKind::Pool {
+            self.pool_pop().unwrap_or(0)
+        } else {
+            self.system_allocate(SLAB_SIZE, SLAB_SIZE)
+        };
+        if slab == 0 {
+            return None;
+        }
+        if self.granule_of(slab).is_none() {
+            self.system_deallocate(slab, SLAB_SIZE);
+            return None;
+        }
+        self.counters.slabs_from_provider.fetch_add(1);
+        Some((slab, 0))
+    }
+
+    /// Gives back one reference per lane of `mask` to slot `index` (the
+    /// lowest lane of `mask` does it); disposes of the slab if that was the
+    /// last.
+    fn unlock_slot(&self, index: u32, mask: u32) {
+        self.release_slot(index, mask, u64::from(mask.count_ones()));
+    }
+
+    /// The lowest lane of `mask` gives back `n` references to slot `index`.
+    pub(super) fn release_slot(&self, index: u32, mask: u32, n: u64) {
+        if !simt::is_leader(mask) || n == 0 {
+            return;
+        }
+        let guard = self.slot(index);
+        if let Some(slab) = guard.unlock(n) {
+            self.dispose(slab);
+            guard.vacate();
+        }
+    }
+
+    /// Disposes of an empty slab whose destruction the caller won: the
+    /// granule table forgets it, then the cache, the pool or the host takes
+    /// it.
+    fn dispose(&self, slab: u64) {
+        if let Some(granule) = self.granule_of(slab) {
+            self.granules.set(granule, Granule::Freed);
+        }
+        if self.cache.push(slab, self.cache_limit()) {
+            self.counters.slabs_to_cache.fetch_add(1);
+        } else if self.provider() == ProviderKind::Pool {
+            // Pool slabs stay with the device: no RPC on the slab path.
+            if let Some(granule) = self.granule_of(slab) {
+                self.pool.push(granule);
+            }
+        } else {
+            self.counters.slabs_to_provider.fetch_add(1);
+            self.system_deallocate(slab, SLAB_SIZE);
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Host builds only: the device heaps that live in this process's memory
+//! (emulated modules' `WARPALLOC_HEAP`s), so that [`WarpAlloc`] on the host
+//! frees a pointer into the heap whose region holds it — never into the
+//! system allocator — even outside the launch that allocated it.
+//!
+//! ```text
+//!   HEAPS: [ heap address | 0 ] × 64      USED: entries ever taken (scan bound)
+//! ```
+//!
+//! [`WarpAlloc`]: crate::WarpAlloc
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::DeviceHeap;
+
+/// Heaps that may be registered at once.
+pub const CAPACITY: usize = 64;
+static HEAPS: [AtomicUsize; CAPACITY] = [const { AtomicUsize::new(0) }; CAPACITY];
+/// One past the highest entry ever used: lookups scan no further.
+static USED: AtomicUsize = AtomicUsize::new(0);
+
+/// A registered heap; dropping it unregisters the heap.
+#[derive(Debug)]
+pub struct Registration {
+    entry: usize,
+}
+
+/// The registry is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
+/// Registers the heap at `heap`.
+///
+/// # Safety
+/// `heap` points to a `DeviceHeap` that stays valid (and is only accessed
+/// atomically or while no lane runs) until the registration is dropped.
+pub unsafe fn register(heap: *const DeviceHeap) -> Result<Registration, Full> {
+    let address = heap.expose_provenance();
+    for (entry, slot) in HEAPS.iter().enumerate() {
+        // ORDERING: release: the heap's bytes happen-before a lookup that
+        // finds the address (pairs with the acquire load in `owner_of`).
+        if slot
+            .compare_exchange(0, address, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+        {
+            USED.fetch_max(entry + 1, Ordering::Relaxed);
+            return Ok(Registration { entry });
+        }
+    }
+    Err(Full)
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // ORDERING: release: nothing after this may use the heap through the
+        // registry (pairs with the acquire load in `owner_of`).
+        HEAPS[self.entry].store(0, Ordering::Release);
+    }
+}
+
+/// The registered heap whose region holds `addr`, if any.
+pub(crate) fn owner_of(addr: u64) -> Option<&'static DeviceHeap> {
+    let used = USED.load(Ordering::Relaxed).min(CAPACITY);
+    HEAPS[..used].iter().find_map(|entry| {
+        // ORDERING: acquire: pairs with the release in `register`.
+        let heap = entry.load(Ordering::Acquire);
+        if heap == 0 {
+            return None;
+        }
+        // SAFETY: a registered heap stays valid until its registration is
+        // dropped (the contract of `register`); a pointer of a heap is only
+        // freed while the heap lives (the allocation contract).
+        let heap = unsafe { &*core::ptr::with_exposed_provenance::<DeviceHeap>(heap) };
+        let (base, len) = heap.region();
+        (addr >= base && addr - base < len).then_some(heap)
+    })
+}

@@ -1,0 +1,235 @@
+//! The one device interface: everything the host does to a device goes
+//! through [`Device`] and [`Module`], with two implementations.
+//!
+//! ```text
+//!   Heap, Launcher, the warpalloc tool          (one code path)
+//!        │
+//!        ▼
+//!   Device ── info, load_module, alloc_zeroed, read, write, mapped_host,
+//!   Module ── global, launch                         backing, synchronize
+//!        ├── Cuda      (cuda.rs)      the CUDA driver through cudarc: thin
+//!        │                            `Result` calls, RAII types whose Drop
+//!        │                            records the driver's error
+//!        └── Emulated  (emulated.rs)  the CPU warp simulator: module globals
+//!                                     are host buffers sized from the PTX's
+//!                                     `.global` declarations, device memory
+//!                                     is `HostEmulated`, launches run the
+//!                                     kernels compiled into this program
+//! ```
+//!
+//! CI has no GPU, so everything above the trait runs there on the emulated
+//! device; only the raw driver calls in `cuda.rs` wait for a GPU. Device
+//! addresses are `u64`s on both (the emulated device's are host addresses).
+
+pub mod cuda;
+pub mod emulated;
+pub mod ptx;
+
+use std::ffi::c_void;
+use std::fmt;
+use std::time::Duration;
+
+use warpalloc_device::kernel::Kernel;
+use warpalloc_sim::{LaunchConfig, LaunchStats, SimError};
+
+use crate::HostError;
+use crate::backing::Backing;
+
+pub use cuda::Cuda;
+pub use emulated::Emulated;
+
+/// A device address.
+pub type DevicePtr = u64;
+
+/// What a device is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device ordinal (0 for the emulated device).
+    pub ordinal: usize,
+    /// Its name, e.g. "NVIDIA H200".
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Device memory in bytes.
+    pub total_memory: u64,
+    /// Streaming multiprocessors.
+    pub multiprocessors: u32,
+    /// Resident threads per multiprocessor.
+    pub max_threads_per_multiprocessor: u32,
+    /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0 (0: emulated).
+    pub driver_version: i32,
+    /// Whether the device supports CUDA's virtual memory management.
+    pub vmm_supported: bool,
+    /// Whether this is the emulated device (the CPU warp simulator).
+    pub emulated: bool,
+}
+
+impl DeviceInfo {
+    /// Warps that can be resident on the whole device at once.
+    pub fn resident_warps(&self) -> u64 {
+        u64::from(self.max_threads_per_multiprocessor / 32) * u64::from(self.multiprocessors)
+    }
+}
+
+impl fmt::Display for DeviceInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.emulated {
+            return write!(f, "{}", self.name);
+        }
+        write!(
+            f,
+            "GPU {}: {} (sm_{}{}, {} SMs, {:.1} GiB, driver {}.{})",
+            self.ordinal,
+            self.name,
+            self.compute_capability.0,
+            self.compute_capability.1,
+            self.multiprocessors,
+            self.total_memory as f64 / f64::from(1u32 << 30),
+            self.driver_version / 1000,
+            self.driver_version % 1000 / 10
+        )
+    }
+}
+
+/// A module global: its device address and size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Global {
+    /// Device address.
+    pub addr: DevicePtr,
+    /// Bytes.
+    pub size: usize,
+}
+
+/// What one launch did.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchReport {
+    /// Wall time from launch to completion.
+    pub elapsed: Duration,
+    /// The simulator's counters (`None` on a GPU).
+    pub simulator: Option<LaunchStats>,
+}
+
+/// A kernel's parameters with the type erased: what a [`Module`] launches.
+/// Every [`Kernel`] is one.
+pub trait Launch {
+    /// The entry point's symbol.
+    fn name(&self) -> &'static str;
+    /// Pointers to each parameter, in declaration order (for
+    /// `cuLaunchKernel`); valid while `self` is not moved.
+    fn params(&mut self) -> Vec<*mut c_void>;
+    /// Runs the kernel in the simulator.
+    ///
+    /// # Safety
+    /// As for [`Kernel::run`]: the parameters must be valid for the whole
+    /// launch.
+    unsafe fn simulate(&self, cfg: &LaunchConfig) -> Result<LaunchStats, SimError>;
+}
+
+impl<K: Kernel> Launch for K {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+
+    fn params(&mut self) -> Vec<*mut c_void> {
+        let mut params = Vec::new();
+        self.for_each_param(&mut |p| params.push(p));
+        params
+    }
+
+    unsafe fn simulate(&self, cfg: &LaunchConfig) -> Result<LaunchStats, SimError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Kernel::simulate(*self, cfg) }
+    }
+}
+
+/// Device memory owned by the host program; freed on drop.
+pub trait Allocation: Send + Sync {
+    /// Its device address.
+    fn addr(&self) -> DevicePtr;
+    /// Its size in bytes.
+    fn len(&self) -> usize;
+    /// Whether it is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Host memory the device addresses directly (the RPC mailbox), zeroed when
+/// made; freed on drop.
+pub trait HostMapping: Send + Sync {
+    /// The host's address.
+    fn host(&self) -> *mut u8;
+    /// The device's address of the same bytes.
+    fn device(&self) -> DevicePtr;
+    /// Its size in bytes.
+    fn len(&self) -> usize;
+    /// Whether it is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A device: a GPU through the CUDA driver, or the emulated one.
+pub trait Device: Send + Sync {
+    /// What it is.
+    fn info(&self) -> &DeviceInfo;
+
+    /// Loads a PTX module (the driver JIT-compiles it; the emulated device
+    /// allocates its globals and runs the kernels compiled into this
+    /// program under their entry points' names).
+    fn load_module(&self, ptx: &str) -> Result<Box<dyn Module>, HostError>;
+
+    /// `bytes` of zeroed device memory.
+    fn alloc_zeroed(&self, bytes: usize) -> Result<Box<dyn Allocation>, HostError>;
+
+    /// Copies `bytes` to device address `dst` and waits.
+    ///
+    /// # Safety
+    /// `dst..dst + bytes.len()` lies in memory of this device that the
+    /// caller may write: a module global, an allocation, or mapped granules
+    /// of a backing; no kernel uses it meanwhile.
+    unsafe fn write(&self, dst: DevicePtr, bytes: &[u8]) -> Result<(), HostError>;
+
+    /// Copies `out.len()` bytes from device address `src` and waits.
+    ///
+    /// # Safety
+    /// `src..src + out.len()` lies in memory of this device (as for
+    /// [`Device::write`]) that no kernel writes meanwhile.
+    unsafe fn read(&self, src: DevicePtr, out: &mut [u8]) -> Result<(), HostError>;
+
+    /// `bytes` of zeroed host memory that the device addresses directly,
+    /// polled by the host (not write-combined).
+    fn mapped_host(&self, bytes: usize) -> Result<Box<dyn HostMapping>, HostError>;
+
+    /// The memory behind a heap's region: reserve address space once, map
+    /// granules on demand (CUDA's VMM, or its host emulation).
+    fn backing(&self) -> Result<Box<dyn Backing>, HostError>;
+
+    /// Waits until every launch on this device has finished.
+    fn synchronize(&self) -> Result<(), HostError>;
+}
+
+/// A loaded module.
+pub trait Module: Send + Sync {
+    /// The global `name`.
+    fn global(&self, name: &str) -> Result<Global, HostError>;
+
+    /// Whether the module has the entry point `name`.
+    fn has_kernel(&self, name: &str) -> bool;
+
+    /// Launches `kernel` on `grid` × `block` and waits for it. `sim` holds
+    /// the simulator's settings (seed, workers, convergence...; its grid,
+    /// block and binding are the launch's own): the emulated device uses
+    /// them, a GPU ignores them.
+    ///
+    /// # Safety
+    /// As for [`Kernel::run`]: the parameters must be valid for the kernel
+    /// (device addresses of memory sized as it needs) until it ends.
+    unsafe fn launch(
+        &self,
+        kernel: &mut dyn Launch,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        sim: &LaunchConfig,
+    ) -> Result<LaunchReport, HostError>;
+}

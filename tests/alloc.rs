@@ -1,0 +1,404 @@
+//! The allocator in the CPU warp simulator: stress kernels over many seeds,
+//! every size and alignment, fill-until-null, frees from other warps and
+//! blocks, bad input — each run checked for corruption on the device and for
+//! leaks and broken invariants on the host. A failure names its seed;
+//! `WARPALLOC_SIM_SEED=<seed>` replays it.
+
+mod support;
+
+use support::{assert_clean, assert_empty, buffer, errors, heap, read, run, stats};
+use warpalloc::Heap;
+use warpalloc_device::sim::{Convergence, LaunchConfig, seeds};
+use warpalloc_device::size_class::SLAB_SIZE;
+use warpalloc_host::Buffer;
+use warpalloc_kernels_tests::stress::{
+    STATS_WORDS, SWEEP_SIZES, Stats, aligned, bad_input, churn, drain, drain_transfer, fill,
+    resize, size_sweep,
+};
+
+struct Churn {
+    blocks: u32,
+    threads: u32,
+    iterations: u32,
+    max_small: u32,
+    large_one_in: u32,
+}
+
+fn churn_once(seed: u64, shape: &Churn, tune: impl Fn(LaunchConfig) -> LaunchConfig) -> Stats {
+    let mut heap = heap(2 << 30, 32_768, 32);
+    let cfg = tune(LaunchConfig::linear(shape.blocks, shape.threads).seed(seed));
+    let context = format!(
+        "churn seed {seed:#x} (replay: WARPALLOC_SIM_SEED={seed:#x}), workers {}, {:?}",
+        cfg.workers, cfg.convergence
+    );
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    let slots = 512u32;
+    let transfer = buffer::<u64>(&heap, slots as usize);
+    run(
+        &mut heap,
+        &cfg,
+        churn::Args {
+            stats: stats_buf.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
+            slots,
+            seed: seed as u32,
+            iterations: shape.iterations,
+            max_small: shape.max_small,
+            large_one_in: shape.large_one_in,
+        },
+    );
+    run(
+        &mut heap,
+        &LaunchConfig::linear(4, 64).seed(seed),
+        drain_transfer::Args {
+            stats: stats_buf.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
+            slots,
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_clean(&s, errors(&heap), &context);
+    assert_eq!(s.nulls, 0, "{context}: out of memory with 2 GiB: {s:?}");
+    assert!(s.allocs > 0);
+    assert_empty(&mut heap, &context);
+    s
+}
+
+const CHURN: Churn = Churn {
+    blocks: 16,
+    threads: 128,
+    iterations: 10,
+    max_small: 8192,
+    large_one_in: 200,
+};
+
+#[test]
+fn churn_64_warps_many_seeds() {
+    let mut total = Stats::default();
+    for seed in seeds(0xc4u64, 6) {
+        let s = churn_once(seed, &CHURN, |c| c);
+        total.allocs += s.allocs;
+        total.large += s.large;
+    }
+    assert!(
+        total.large > 0,
+        "the size distribution reached no large block"
+    );
+    eprintln!("churn: {} allocations, {} large", total.allocs, total.large);
+}
+
+#[test]
+fn churn_converged_and_parallel() {
+    for seed in seeds(0xc5u64, 2) {
+        churn_once(seed, &CHURN, |c| c.convergence(Convergence::Converged));
+        churn_once(seed, &CHURN, |c| c.workers(2));
+    }
+}
+
+#[test]
+fn churn_tiny_sizes_fill_slabs() {
+    // Small sizes, many per slab: contention on few slabs and bitfield words.
+    let shape = Churn {
+        blocks: 8,
+        threads: 96,
+        iterations: 24,
+        max_small: 64,
+        large_one_in: 0,
+    };
+    for seed in seeds(0xc6u64, 3) {
+        churn_once(seed, &shape, |c| c);
+    }
+}
+
+#[test]
+fn every_size_from_1_byte_to_3_mib() {
+    let mut heap = heap(1 << 30, 32_768, 8);
+    let blocks = SWEEP_SIZES.div_ceil(64) * 2;
+    for seed in seeds(0x51u64, 2) {
+        let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+        run(
+            &mut heap,
+            &LaunchConfig::linear(blocks, 64).seed(seed),
+            size_sweep::Args {
+                stats: stats_buf.kernel_ptr(),
+            },
+        );
+        let s = stats(&heap, &stats_buf);
+        let context = format!("size sweep, seed {seed:#x}");
+        assert_clean(&s, errors(&heap), &context);
+        assert_eq!(s.allocs, u64::from(blocks * 64), "{context}: {s:?}");
+    }
+    assert_empty(&mut heap, "size sweep");
+}
+
+#[test]
+fn alignments_from_1_byte_to_4_mib() {
+    let mut heap = heap(1 << 30, 32_768, 8);
+    for seed in seeds(0xa1u64, 3) {
+        let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+        run(
+            &mut heap,
+            &LaunchConfig::linear(6, 96).seed(seed),
+            aligned::Args {
+                stats: stats_buf.kernel_ptr(),
+                seed: seed as u32,
+            },
+        );
+        let s = stats(&heap, &stats_buf);
+        let context = format!("alignment, seed {seed:#x}");
+        assert_clean(&s, errors(&heap), &context);
+        assert_eq!(s.allocs, 6 * 96, "{context}: {s:?}");
+    }
+    assert_empty(&mut heap, "alignment");
+}
+
+struct Filled {
+    ptrs: Buffer<u64>,
+    sizes: Buffer<u32>,
+    counts: Buffer<u32>,
+    stats: Buffer<u64>,
+}
+
+fn fill_heap(heap: &mut Heap, cfg: &LaunchConfig, per_thread: u32, max_small: u32) -> Filled {
+    let threads = (cfg.blocks() * cfg.threads_per_block()) as usize;
+    let f = Filled {
+        ptrs: buffer(heap, threads * per_thread as usize),
+        sizes: buffer(heap, threads * per_thread as usize),
+        counts: buffer(heap, threads),
+        stats: buffer(heap, STATS_WORDS),
+    };
+    run(
+        heap,
+        cfg,
+        fill::Args {
+            stats: f.stats.kernel_ptr(),
+            ptrs: f.ptrs.kernel_ptr(),
+            sizes: f.sizes.kernel_ptr(),
+            counts: f.counts.kernel_ptr(),
+            per_thread,
+            seed: cfg.seed as u32,
+            max_small,
+        },
+    );
+    f
+}
+
+/// No two live blocks overlap, and each lies in the heap's region. (The
+/// kernel checked each block's usable size and alignment on the device.)
+fn assert_disjoint(heap: &Heap, f: &Filled, per_thread: u32, context: &str) -> usize {
+    let (base, len) = heap.region();
+    let (ptrs, sizes, counts) = (
+        read(heap, &f.ptrs),
+        read(heap, &f.sizes),
+        read(heap, &f.counts),
+    );
+    let mut blocks = Vec::new();
+    for (t, &n) in counts.iter().enumerate() {
+        for k in 0..n as usize {
+            let at = t * per_thread as usize + k;
+            blocks.push((ptrs[at], u64::from(sizes[at])));
+        }
+    }
+    blocks.sort_unstable();
+    for w in blocks.windows(2) {
+        assert!(
+            w[0].0 + w[0].1 <= w[1].0,
+            "{context}: blocks overlap: {:#x}+{} and {:#x}",
+            w[0].0,
+            w[0].1,
+            w[1].0
+        );
+    }
+    for &(p, size) in &blocks {
+        assert!(
+            p >= base && p + size <= base + len,
+            "{context}: block {p:#x} outside the region"
+        );
+    }
+    blocks.len()
+}
+
+fn drain_heap(heap: &mut Heap, cfg: &LaunchConfig, f: &Filled, per_thread: u32) {
+    let threads = (cfg.blocks() * cfg.threads_per_block()) as u32;
+    run(
+        heap,
+        cfg,
+        drain::Args {
+            stats: f.stats.kernel_ptr(),
+            ptrs: f.ptrs.kernel_ptr(),
+            sizes: f.sizes.kernel_ptr(),
+            counts: f.counts.kernel_ptr(),
+            per_thread,
+            // Another warp of another block frees each thread's blocks.
+            shift: threads / 2 + 37,
+        },
+    );
+}
+
+fn in_use(heap: &Heap) -> u64 {
+    heap.stats().expect("stats").region.in_use_bytes
+}
+
+fn live_slabs(heap: &Heap) -> u64 {
+    heap.stats().expect("stats").live.live_slabs
+}
+
+#[test]
+fn fill_until_null_then_free_everything_then_fill_again() {
+    // 24 slabs of host memory: the provider runs dry long before the table.
+    for seed in seeds(0xf111u64, 3) {
+        let mut heap = heap(24 * SLAB_SIZE, 256, 4);
+        let cfg = LaunchConfig::linear(8, 64).seed(seed);
+        let context = format!("fill, seed {seed:#x} (replay: WARPALLOC_SIM_SEED={seed:#x})");
+        let per_thread = 64;
+        let first = fill_heap(&mut heap, &cfg, per_thread, 16 << 10);
+        let s = stats(&heap, &first.stats);
+        assert!(s.nulls > 0, "{context}: the fill never reached null: {s:?}");
+        assert_disjoint(&heap, &first, per_thread, &context);
+        assert_eq!(heap.check().expect("check"), Ok(()), "{context}");
+        // Null means the region is dry: every slab is in use.
+        assert_eq!(in_use(&heap), 24 * SLAB_SIZE, "{context}");
+        drain_heap(&mut heap, &cfg, &first, per_thread);
+        let s = stats(&heap, &first.stats);
+        assert_clean(&s, errors(&heap), &context);
+        assert_eq!(live_slabs(&heap), 0, "{context}");
+
+        let again = fill_heap(&mut heap, &cfg, per_thread, 16 << 10);
+        assert_disjoint(&heap, &again, per_thread, &context);
+        assert!(stats(&heap, &again.stats).nulls > 0, "{context}");
+        // The refill reaches null only once all 24 slabs are in use again:
+        // the drain gave every byte back (to the cache or the region).
+        assert_eq!(
+            in_use(&heap),
+            24 * SLAB_SIZE,
+            "{context}: the refill ran dry before using all memory: memory lost"
+        );
+        drain_heap(&mut heap, &cfg, &again, per_thread);
+        assert_clean(&stats(&heap, &again.stats), errors(&heap), &context);
+        assert_empty(&mut heap, &context);
+    }
+}
+
+#[test]
+fn a_full_slot_table_is_a_clean_out_of_memory() {
+    // 4 slots and plenty of memory: the table fills first.
+    let mut heap = heap(64 * SLAB_SIZE, 4, 0);
+    let cfg = LaunchConfig::linear(4, 64).seed(7);
+    let per_thread = 64;
+    let f = fill_heap(&mut heap, &cfg, per_thread, 64 << 10);
+    let s = stats(&heap, &f.stats);
+    assert!(s.nulls > 0, "{s:?}");
+    assert!(live_slabs(&heap) <= 4);
+    assert!(in_use(&heap) <= 4 * SLAB_SIZE);
+    assert_disjoint(&heap, &f, per_thread, "full table");
+    drain_heap(&mut heap, &cfg, &f, per_thread);
+    assert_clean(&stats(&heap, &f.stats), errors(&heap), "full table");
+    assert_empty(&mut heap, "full table");
+}
+
+#[test]
+fn bad_input_is_refused_and_counted_without_corruption() {
+    let mut heap = heap(64 * SLAB_SIZE, 64, 4);
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    let outside = heap
+        .launcher()
+        .upload(&[0x5au8; 64])
+        .expect("a buffer outside the heap");
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 32).seed(3),
+        bad_input::Args {
+            stats: stats_buf.kernel_ptr(),
+            foreign: outside.kernel_ptr().addr() as u64,
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_eq!(s.broken, 0, "bad input accepted: {s:?}");
+    assert!(
+        read(&heap, &outside).iter().all(|&b| b == 0x5a),
+        "memory outside the heap was written"
+    );
+    let e = errors(&heap);
+    // Per thread: one double free (the second free), one double or invalid
+    // free of the interior pointer, one invalid free of the foreign pointer.
+    assert!(e.double_frees >= 32, "{e:?}");
+    assert_eq!(e.double_frees + e.invalid_frees, 3 * 32, "{e:?}");
+    assert_ne!(e.first_bad_address, 0);
+    assert_eq!(heap.check().expect("check"), Ok(()));
+    // The heap still works, and nothing leaked.
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    let transfer = buffer::<u64>(&heap, 64);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(2, 64).seed(4),
+        churn::Args {
+            stats: stats_buf.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
+            slots: 64,
+            seed: 4,
+            iterations: 8,
+            max_small: 2048,
+            large_one_in: 0,
+        },
+    );
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 64),
+        drain_transfer::Args {
+            stats: stats_buf.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
+            slots: 64,
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_eq!((s.corrupt, s.broken, s.nulls), (0, 0, 0), "{s:?}");
+    assert_eq!(s.allocs, s.frees);
+    assert_empty(&mut heap, "after bad input");
+}
+
+#[test]
+fn an_unbound_heap_gets_null() {
+    // A module no `Heap` configured: its WARPALLOC_HEAP is all zero, so
+    // malloc returns null and free does nothing, as on a GPU.
+    let launcher = warpalloc_host::Launcher::new(
+        warpalloc::ptx::KERNELS_TESTS,
+        warpalloc_host::Prefer::Simulator,
+    )
+    .expect("launcher");
+    let stats_buf = launcher.alloc_zeroed::<u64>(STATS_WORDS).expect("buffer");
+    // SAFETY: `stats_buf` is sized for the kernel and outlives the launch.
+    unsafe {
+        launcher.launch(
+            (1, 1, 1),
+            (32, 1, 1),
+            size_sweep::Args {
+                stats: stats_buf.kernel_ptr(),
+            },
+        )
+    }
+    .expect("launch");
+    let words = launcher.read(&stats_buf).expect("read");
+    let s = Stats::from_words(&words);
+    assert_eq!((s.allocs, s.nulls), (0, 32), "{s:?}");
+}
+
+#[test]
+fn realloc_keeps_contents_and_calloc_zeroes() {
+    let mut heap = heap(1 << 30, 32_768, 8);
+    for seed in seeds(0x4e51u64, 3) {
+        let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+        run(
+            &mut heap,
+            &LaunchConfig::linear(3, 64).seed(seed),
+            resize::Args {
+                stats: stats_buf.kernel_ptr(),
+                max: 3 << 20,
+            },
+        );
+        let s = stats(&heap, &stats_buf);
+        let context = format!("resize, seed {seed:#x}");
+        assert_clean(&s, errors(&heap), &context);
+        assert_eq!((s.allocs, s.nulls), (2 * 3 * 64, 0), "{context}: {s:?}");
+    }
+    assert_empty(&mut heap, "resize");
+}

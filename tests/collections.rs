@@ -1,0 +1,99 @@
+//! `Vec`, `Box` and `String` in kernels through the global allocator, the way
+//! a host program runs them: this test binary declares `WarpAlloc` as its
+//! global allocator (as `WarpAlloc`'s docs say to) and launches the
+//! `collections` kernel through `Heap` on the emulated device. The lanes
+//! allocate from the module's heap, everything else from the system
+//! allocator, and every pointer is freed by the heap that made it — never
+//! by the system allocator (which would abort the process).
+
+mod support;
+
+use support::{buffer, run, stats};
+use warpalloc::HeapConfig;
+use warpalloc_device::WarpAlloc;
+use warpalloc_device::sim::{LaunchConfig, seeds};
+use warpalloc_kernels_tests::collections::collections;
+use warpalloc_kernels_tests::stress::STATS_WORDS;
+
+#[global_allocator]
+static GLOBAL: WarpAlloc = WarpAlloc;
+
+#[test]
+fn collections_grow_through_the_global_allocator() {
+    for seed in seeds(0xb0c5u64, 3) {
+        let mut heap = support::heap_with(HeapConfig {
+            reserve: Some(256 << 20),
+            slots: 1024,
+            slab_cache: 8,
+            ..HeapConfig::default()
+        });
+        let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+        run(
+            &mut heap,
+            &LaunchConfig::linear(4, 48).seed(seed),
+            collections::Args {
+                stats: stats_buf.kernel_ptr(),
+                n: 300,
+            },
+        );
+        let s = stats(&heap, &stats_buf);
+        assert_eq!(s.broken, 0, "seed {seed:#x}: {s:?}");
+        assert_eq!(
+            s.allocs,
+            4 * 48,
+            "seed {seed:#x}: not every thread finished: {s:?}"
+        );
+        let h = heap.stats().expect("stats");
+        assert!(
+            h.traffic.slabs_from_provider > 0 && h.rpc.allocs > 0,
+            "the lanes did not allocate from the heap: {h:?}"
+        );
+        assert_eq!(
+            h.device.double_frees + h.device.invalid_frees,
+            0,
+            "{:?}",
+            h.device
+        );
+        assert_eq!(heap.check().expect("check"), Ok(()));
+        assert_eq!(
+            (h.live.live_slabs, h.live.live_allocations()),
+            (0, 0),
+            "a collection leaked: {:?}",
+            h.live
+        );
+    }
+}
+
+/// A `Vec` a kernel allocated, freed by host code after the launch: the
+/// registry sends it back to the heap whose region holds it.
+#[test]
+fn a_heap_pointer_freed_on_the_host_goes_back_to_its_heap() {
+    use warpalloc_kernels_tests::collections::leak_one;
+    let mut heap = support::heap(64 << 20, 64, 0);
+    let out = buffer::<u64>(&heap, 2);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 1),
+        leak_one::Args {
+            out: out.kernel_ptr(),
+        },
+    );
+    let words = support::read(&heap, &out);
+    let (ptr, len) = (words[0] as usize, words[1] as usize);
+    let (base, region) = heap.region();
+    assert!(
+        (ptr as u64) >= base && (ptr as u64) < base + region,
+        "the kernel's Vec is not in the heap"
+    );
+    assert_eq!(heap.stats().expect("stats").live.live_allocations(), 1);
+    // SAFETY: the kernel leaked a `Vec<u32>` of `len` elements (capacity
+    // `len`) at `ptr`; nothing else owns it. Host code frees it, as a
+    // program that got a Vec out of a simulated kernel would.
+    let v =
+        unsafe { Vec::from_raw_parts(std::ptr::with_exposed_provenance_mut::<u32>(ptr), len, len) };
+    assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32 * 3));
+    drop(v);
+    let h = heap.stats().expect("stats");
+    assert_eq!(h.live.live_allocations(), 0, "{:?}", h.live);
+    assert_eq!(h.device.invalid_frees + h.device.double_frees, 0);
+}

@@ -1,0 +1,93 @@
+//! The allocator's unsafe code under Miri, through the path a program runs:
+//! a `Heap` on the emulated device (the module's WARPALLOC_HEAP, the RPC
+//! server thread, the region's backing — Miri's stand-in for `mmap`), small
+//! workloads in the simulator's OS-thread mode (Miri cannot switch stacks),
+//! checked for undefined behaviour and data races by Miri and for
+//! corruption and leaks by the kernels and the heap. Also runs natively, as
+//! a plain test.
+
+mod support;
+
+use support::{assert_empty, buffer, errors, run, stats};
+use warpalloc::{HeapConfig, Mode};
+use warpalloc_device::sim::{Fibers, LaunchConfig};
+use warpalloc_device::size_class::SLAB_SIZE;
+use warpalloc_kernels_tests::stress::{STATS_WORDS, bad_input, churn, drain_transfer};
+
+fn small(mode: Mode, slabs: u64, slots: u32, cache: u32) -> warpalloc::Heap {
+    support::heap_with(HeapConfig {
+        mode,
+        reserve: Some(slabs * SLAB_SIZE),
+        slots,
+        slab_cache: cache,
+        ports: Some(2),
+        ..HeapConfig::default()
+    })
+}
+
+fn threads(cfg: LaunchConfig) -> LaunchConfig {
+    cfg.fibers(Fibers::Threads).workers(1)
+}
+
+#[test]
+fn miri_churn_two_warps_with_handoff_and_large_blocks() {
+    // Seven size classes (a slab each) and a few large blocks fit in 16
+    // slabs; slabs come over RPC.
+    let mut heap = small(Mode::Rpc, 16, 16, 2);
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    let transfer = buffer::<u64>(&heap, 8);
+    // Two blocks of one 8-lane warp each: blocks hand blocks to each other;
+    // about one allocation in eight is a large block.
+    run(
+        &mut heap,
+        &threads(LaunchConfig::linear(2, 8).seed(1)),
+        churn::Args {
+            stats: stats_buf.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
+            slots: 8,
+            seed: 1,
+            iterations: 2,
+            max_small: 32,
+            large_one_in: 8,
+        },
+    );
+    run(
+        &mut heap,
+        &threads(LaunchConfig::linear(1, 8)),
+        drain_transfer::Args {
+            stats: stats_buf.kernel_ptr(),
+            transfer: transfer.kernel_ptr(),
+            slots: 8,
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_eq!((s.corrupt, s.broken, s.nulls), (0, 0, 0), "{s:?}");
+    assert_eq!(s.allocs, s.frees, "{s:?}");
+    let e = errors(&heap);
+    assert_eq!(e.double_frees + e.invalid_frees, 0);
+    assert!(heap.stats().expect("stats").rpc.allocs > 0);
+    assert_empty(&mut heap, "miri churn");
+}
+
+#[test]
+fn miri_pool_mode_and_bad_input() {
+    let mut heap = small(Mode::Pool { slabs: 2 }, 4, 4, 1);
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    let foreign = buffer::<u8>(&heap, 16);
+    run(
+        &mut heap,
+        &threads(LaunchConfig::linear(1, 4)),
+        bad_input::Args {
+            stats: stats_buf.kernel_ptr(),
+            foreign: foreign.kernel_ptr().addr() as u64,
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_eq!(s.broken, 0, "{s:?}");
+    let e = errors(&heap);
+    assert_eq!(e.double_frees + e.invalid_frees, 3 * 4, "{e:?}");
+    let h = heap.stats().expect("stats");
+    assert_eq!(h.rpc.allocs, 0, "pool mode asked the host for a slab");
+    assert!(h.traffic.slabs_from_provider > 0);
+    assert_empty(&mut heap, "miri bad input");
+}

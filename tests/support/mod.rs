@@ -1,0 +1,128 @@
+//! What the heap tests share: a heap on the emulated device (the embedded
+//! PTX's module, its WARPALLOC_HEAP), launches with a given simulator
+//! schedule, device buffers, and the "everything came back" check.
+
+#![allow(dead_code)]
+
+use warpalloc::{Heap, HeapConfig, Mode};
+use warpalloc_device::Errors;
+use warpalloc_device::kernel::Kernel;
+use warpalloc_device::sim::LaunchConfig;
+use warpalloc_host::backing::GRANULE;
+use warpalloc_host::{Buffer, Launcher, Prefer};
+use warpalloc_kernels_tests::stress::Stats;
+
+/// The module the tests load: the embedded PTX (under Miri its
+/// declarations only, which Miri parses in seconds rather than minutes: the
+/// same globals and entry points).
+pub const PTX: &str = if cfg!(miri) {
+    warpalloc::ptx::KERNELS_TESTS_DECLARATIONS
+} else {
+    warpalloc::ptx::KERNELS_TESTS
+};
+
+/// A heap on the emulated device with `config`.
+pub fn heap_with(config: HeapConfig) -> Heap {
+    let launcher = Launcher::new(PTX, Prefer::Simulator).expect("launcher");
+    Heap::new(launcher, config).expect("a heap on the emulated device")
+}
+
+/// A heap of `capacity` bytes of address space (whole slabs), `slots` slots
+/// and a cache of `cache_limit` slabs.
+pub fn heap(capacity: u64, slots: u32, cache_limit: u32) -> Heap {
+    heap_with(HeapConfig {
+        reserve: Some(capacity),
+        slots,
+        slab_cache: cache_limit,
+        ..HeapConfig::default()
+    })
+}
+
+/// Runs `args` with `cfg`'s grid, block and schedule, panicking with the
+/// seed on failure.
+#[track_caller]
+pub fn run<K: Kernel>(heap: &mut Heap, cfg: &LaunchConfig, args: K) {
+    *heap.launcher_mut().simulator_config() = cfg.clone();
+    // SAFETY: every pointer in `args` comes from buffers of this heap's
+    // launcher, sized for the grid and alive until this returns.
+    if let Err(e) = unsafe { heap.launch(cfg.grid_dim, cfg.block_dim, args) } {
+        panic!("{}: {e}", K::NAME);
+    }
+}
+
+/// A zeroed device buffer of `n` elements.
+pub fn buffer<T: bytemuck::Pod>(heap: &Heap, n: usize) -> Buffer<T> {
+    heap.launcher().alloc_zeroed(n).expect("device buffer")
+}
+
+/// A device buffer's contents.
+pub fn read<T: bytemuck::Pod>(heap: &Heap, b: &Buffer<T>) -> Vec<T> {
+    heap.launcher().read(b).expect("read a device buffer")
+}
+
+/// A stats buffer's counters.
+pub fn stats(heap: &Heap, b: &Buffer<u64>) -> Stats {
+    Stats::from_words(&read(heap, b))
+}
+
+/// The device's error record.
+pub fn errors(heap: &Heap) -> Errors {
+    heap.stats().expect("stats").device
+}
+
+/// No corruption, no broken promise, every allocation freed, no bad free.
+#[track_caller]
+pub fn assert_clean(stats: &Stats, errors: Errors, context: &str) {
+    assert_eq!(
+        stats.corrupt, 0,
+        "{context}: corrupt blocks (first bad {:#x}) {stats:?}",
+        stats.first_bad
+    );
+    assert_eq!(stats.broken, 0, "{context}: broken promises {stats:?}");
+    assert_eq!(
+        stats.allocs, stats.frees,
+        "{context}: allocations not freed {stats:?}"
+    );
+    assert_eq!(errors.double_frees, 0, "{context}: {errors:?}");
+    assert_eq!(errors.invalid_frees, 0, "{context}: {errors:?}");
+}
+
+/// The heap's invariants hold, nothing is live, the region holds only the
+/// cached and pooled slabs, and after a trim only the pool stays mapped.
+#[track_caller]
+pub fn assert_empty(heap: &mut Heap, context: &str) {
+    assert_eq!(
+        heap.check().expect("check"),
+        Ok(()),
+        "{context}: invariants"
+    );
+    let s = heap.stats().expect("stats");
+    assert_eq!(
+        (s.live.live_slabs, s.live.live_allocations()),
+        (0, 0),
+        "{context}: live after freeing everything: {:?}",
+        s.live
+    );
+    let held = s.live.cached_slabs + s.live.pool_slabs;
+    assert_eq!(
+        s.region.in_use_bytes,
+        held * GRANULE,
+        "{context}: bytes in use beyond the cached and pooled slabs (a leak): {s:?}"
+    );
+    assert_eq!(
+        s.region
+            .refused(warpalloc_host::backing::Refusal::BadRequest),
+        0,
+        "{context}: bad returns to the region"
+    );
+    heap.trim().expect("trim");
+    let s = heap.stats().expect("stats");
+    let pooled = match heap.mode() {
+        Mode::Pool { .. } => (s.live.pool_slabs + s.live.cached_slabs) * GRANULE,
+        Mode::Rpc => 0,
+    };
+    assert_eq!(
+        s.region.mapped_bytes, pooled,
+        "{context}: mapped after trim: {s:?}"
+    );
+}
