@@ -123,6 +123,12 @@ impl<const N: usize> GranuleTable<N> {
     }
 }
 
+impl<const N: usize> Default for GranuleTable<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
