@@ -8,7 +8,7 @@
 //!   where every thread's first allocation needs a new slab — mapped on demand
 //!   over RPC, or popped from the pre-mapped pool.
 //!
-//! `cargo bench -p warpalloc --bench heap`
+//! `cargo bench -p warpalloc-tool --bench heap`
 
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ use warpalloc_kernels_tests::stress::{STATS_WORDS, fill};
 
 fn sim_heap(config: HeapConfig) -> Heap {
     let launcher =
-        Launcher::new(warpalloc::ptx::KERNELS_TESTS, Prefer::Simulator).expect("launcher");
+        Launcher::new(warpalloc_tool::ptx::KERNELS_TESTS, Prefer::Simulator).expect("launcher");
     Heap::new(launcher, config).expect("heap")
 }
 

@@ -3,7 +3,7 @@
 //! rounds of the churn kernel, counted as operations (one malloc plus one
 //! free) per second.
 //!
-//! `cargo bench -p warpalloc --bench sim_alloc`
+//! `cargo bench -p warpalloc-tool --bench sim_alloc`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use warpalloc::{Heap, HeapConfig};
@@ -31,7 +31,7 @@ fn churn_round(heap: &mut Heap, stats: &Buffer<u64>, iterations: u32, max_small:
 
 fn bench(c: &mut Criterion) {
     let launcher =
-        Launcher::new(warpalloc::ptx::KERNELS_TESTS, Prefer::Simulator).expect("launcher");
+        Launcher::new(warpalloc_tool::ptx::KERNELS_TESTS, Prefer::Simulator).expect("launcher");
     let mut heap = Heap::new(launcher, HeapConfig::default()).expect("heap");
     let stats = heap
         .launcher()

@@ -1,10 +1,7 @@
-//! warpalloc: `malloc`/`free` inside Rust GPU kernels.
-//!
-//! This crate is the tool's side: the embedded PTX of the test and stress
-//! kernels ([`ptx`]) and the `warpalloc` command-line tool. The heap
-//! ([`Heap`]) lives in `warpalloc-host` and is re-exported here.
-
-pub use warpalloc_host::{Heap, HeapConfig, HeapStats, Mode, RpcCounts};
+//! The `warpalloc` tool's crate: the embedded PTX of the test and stress
+//! kernels ([`ptx`]) behind the `warpalloc` binary (stress, bench, demo,
+//! info) and the repository's end-to-end tests. Programs depend on the
+//! `warpalloc` library instead.
 
 /// The device code, built to PTX by `build.rs` (warpalloc-builder).
 pub mod ptx {

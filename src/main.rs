@@ -15,11 +15,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use cli::bench::{self, BenchArgs};
 use cli::common::{Schedule, heap_config, open_heap};
 use cli::stress::{self, KERNELS, StressArgs};
-use warpalloc::ptx;
 use warpalloc_host::backing::CudaVmm;
 use warpalloc_host::device::{Cuda, cuda};
 use warpalloc_host::{HostError, Prefer};
 use warpalloc_sim::Convergence;
+use warpalloc_tool::ptx;
 
 #[derive(Parser)]
 #[command(
@@ -254,6 +254,7 @@ fn info() -> Result<ExitCode, HostError> {
         ptx::KERNEL_NAMES.len(),
         ptx::KERNEL_NAMES.join(", ")
     );
+    println!("stress runs (stress --kernels): {}", KERNELS.join(", "));
     if !cuda::driver_present() {
         println!("GPU: none ({})", HostError::NoDriver);
         return Ok(ExitCode::SUCCESS);

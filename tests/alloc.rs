@@ -361,7 +361,7 @@ fn an_unbound_heap_gets_null() {
     // A module no `Heap` configured: its WARPALLOC_HEAP is all zero, so
     // malloc returns null and free does nothing, as on a GPU.
     let launcher = warpalloc_host::Launcher::new(
-        warpalloc::ptx::KERNELS_TESTS,
+        warpalloc_tool::ptx::KERNELS_TESTS,
         warpalloc_host::Prefer::Simulator,
     )
     .expect("launcher");

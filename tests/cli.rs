@@ -63,6 +63,21 @@ fn info_names_the_embedded_ptx() {
     assert!(ok, "{text}");
     assert!(text.contains("embedded PTX: sm_75"), "{text}");
     assert!(text.contains("warp_tickets"), "{text}");
+    // Every stress run `info` lists is a kernel of the PTX, under its name.
+    let runs = text
+        .lines()
+        .find_map(|l| l.strip_prefix("stress runs (stress --kernels): "))
+        .expect("info lists the stress runs");
+    let ptx = text
+        .lines()
+        .find(|l| l.starts_with("embedded PTX"))
+        .expect("the PTX line");
+    for run in runs.split(", ") {
+        assert!(
+            ptx.contains(run),
+            "stress run {run} is no PTX kernel: {text}"
+        );
+    }
 }
 
 #[test]
@@ -83,7 +98,7 @@ fn stress_in_the_simulator_reports_ok() {
     assert!(text.contains("CPU warp simulator"), "{text}");
     for kernel in [
         "churn",
-        "sweep",
+        "size_sweep",
         "aligned",
         "fill",
         "lifetimes",

@@ -265,7 +265,7 @@ fn thousands_of_pings_from_many_warps_each_answered_once() {
 /// The PTX with `WARPALLOC_HEAP_LAYOUT`'s initialiser or `WARPALLOC_HEAP`'s
 /// size changed by `edit`.
 fn edited_ptx(edit: impl Fn(&str) -> String) -> String {
-    warpalloc::ptx::KERNELS_TESTS
+    warpalloc_tool::ptx::KERNELS_TESTS
         .lines()
         .map(|l| {
             if l.starts_with(".visible .global") && l.contains("WARPALLOC_HEAP") {

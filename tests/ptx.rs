@@ -1,4 +1,4 @@
-//! PTX checks of the embedded `kernels-tests` module (`warpalloc::ptx`):
+//! PTX checks of the embedded `kernels-tests` module (`warpalloc_tool::ptx`):
 //! ptxas assembles it for sm_75 and sm_90, the collectives come out as the
 //! expected instructions, and no function spills registers.
 //!
@@ -7,9 +7,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use warpalloc::ptx;
 use warpalloc_builder::ptxas::{Ptxas, PtxasReport};
 use warpalloc_builder::{Arch, functions, reachable, symbols};
+use warpalloc_tool::ptx;
 
 /// The architectures the one sm_75 module is assembled for.
 const ARCHES: &[Arch] = &[Arch::Sm75, Arch::Sm90];

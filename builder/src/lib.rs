@@ -80,6 +80,34 @@ pub enum BuildError {
     /// The kernel crate's directory has no `Cargo.toml`.
     #[error("no kernel crate at {0}: it has no Cargo.toml")]
     NoCrate(PathBuf),
+    /// The kernel crate's workspace does not define the profile the build
+    /// uses.
+    #[error(
+        "the workspace of {krate} defines no `{profile}` profile, which the PTX build uses; \
+         add this to the workspace's Cargo.toml (the kernel crate's own if it is its \
+         workspace):\n\n{snippet}",
+        krate = krate.display(),
+        snippet = profile_snippet(profile)
+    )]
+    MissingProfile {
+        /// The kernel crate's manifest.
+        krate: PathBuf,
+        /// The profile.
+        profile: String,
+    },
+    /// The kernel crate is a `cdylib` (rust-cuda's habit): cargo would try to
+    /// link it with `llvm-bitcode-linker`, which the nvptx64 target lacks here.
+    #[error(
+        "{krate} is a `cdylib`: cargo would link it with `llvm-bitcode-linker`, which this \
+         toolchain cannot install; warpalloc-builder links the bitcode itself, so make the \
+         kernel crate a plain library: in its Cargo.toml, `[lib] crate-type = [\"rlib\"]` \
+         (or no crate-type at all)",
+        krate = krate.display()
+    )]
+    CdylibCrate {
+        /// The kernel crate's manifest.
+        krate: PathBuf,
+    },
     /// A tool could not be started.
     #[error("could not run `{command}`: {source}")]
     Spawn {
@@ -134,6 +162,29 @@ pub enum BuildError {
         /// What probably causes them.
         hints: Vec<String>,
     },
+}
+
+/// The `[profile.NAME]` section a kernel workspace needs (`ptx` by default).
+pub fn profile_snippet(profile: &str) -> String {
+    format!(
+        "[profile.{profile}]\n\
+         inherits = \"release\"\n\
+         codegen-units = 1\n\
+         panic = \"abort\"\n\
+         debug = false\n\
+         debug-assertions = false\n\
+         overflow-checks = false\n\
+         incremental = false\n"
+    )
+}
+
+/// Whether a manifest's text asks for a `cdylib` (a `crate-type` line that
+/// names it, outside comments).
+fn declares_cdylib(manifest: &str) -> bool {
+    manifest.lines().any(|l| {
+        let code = l.split('#').next().unwrap_or("");
+        code.trim_start().starts_with("crate-type") && code.contains("\"cdylib\"")
+    })
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> BuildError + '_ {
@@ -288,6 +339,10 @@ impl PtxBuilder {
         let manifest = crate_dir.join("Cargo.toml");
         if !manifest.is_file() {
             return Err(BuildError::NoCrate(crate_dir));
+        }
+        let text = std::fs::read_to_string(&manifest).map_err(io_err(&manifest))?;
+        if declares_cdylib(&text) {
+            return Err(BuildError::CdylibCrate { krate: manifest });
         }
         let tc = Toolchain::discover(self.sysroot.as_deref(), self.llvm_tools_dir.as_deref())?;
         let target_dir = self.nested_target_dir(&crate_dir);
@@ -524,8 +579,15 @@ impl PtxBuilder {
             }
         }
         if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if stderr.contains(&format!("profile `{}` is not defined", self.profile)) {
+                return Err(BuildError::MissingProfile {
+                    krate: manifest,
+                    profile: self.profile.clone(),
+                });
+            }
             let mut diagnostics = errors.join("\n");
-            diagnostics.push_str(&String::from_utf8_lossy(&out.stderr));
+            diagnostics.push_str(&stderr);
             return Err(BuildError::Cargo {
                 krate: manifest,
                 status: out.status.to_string(),

@@ -169,3 +169,50 @@ fn missing_crate_is_a_typed_error() {
 fn ptxas_setup_command_is_named() {
     assert_eq!(SETUP_COMMAND, "cargo xtask setup");
 }
+
+/// A one-crate workspace in the test's temporary directory.
+fn scratch_crate(name: &str, manifest_tail: &str) -> PathBuf {
+    let dir = tmp(name);
+    std::fs::create_dir_all(dir.join("src")).expect("create the crate");
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+             [workspace]\n\n{manifest_tail}"
+        ),
+    )
+    .expect("write Cargo.toml");
+    std::fs::write(dir.join("src/lib.rs"), "#![no_std]\n").expect("write lib.rs");
+    dir
+}
+
+#[test]
+fn a_workspace_without_the_ptx_profile_gets_the_snippet_to_paste() {
+    let dir = scratch_crate("no_profile_kern", "");
+    let err = PtxBuilder::new(&dir)
+        .target_dir(tmp("no_profile_target"))
+        .cargo_directives(false)
+        .build()
+        .expect_err("no ptx profile");
+    assert!(matches!(err, BuildError::MissingProfile { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("[profile.ptx]\ninherits = \"release\"")
+            && text.contains("panic = \"abort\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_cdylib_kernel_crate_is_told_to_be_a_plain_library() {
+    let dir = scratch_crate(
+        "cdylib_kern",
+        "[lib]\ncrate-type = [\"cdylib\", \"rlib\"]\n",
+    );
+    let err = PtxBuilder::new(&dir)
+        .cargo_directives(false)
+        .build()
+        .expect_err("a cdylib");
+    assert!(matches!(err, BuildError::CdylibCrate { .. }), "{err}");
+    assert!(err.to_string().contains("crate-type = [\"rlib\"]"), "{err}");
+}

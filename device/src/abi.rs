@@ -130,8 +130,8 @@ pub struct ErrorRecord {
     pub(crate) first_bad_address: AtomicU64,
 }
 
-/// A snapshot of an [`ErrorRecord`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A snapshot of an [`ErrorRecord`]. Prints the address in hex.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct Errors {
     /// Frees of blocks that were already free (nothing was changed).
     pub double_frees: u64,
@@ -141,6 +141,34 @@ pub struct Errors {
     pub out_of_memory: u64,
     /// The first pointer of a bad free (0: none).
     pub first_bad_address: u64,
+}
+
+impl core::fmt::Debug for Errors {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Errors")
+            .field("double_frees", &self.double_frees)
+            .field("invalid_frees", &self.invalid_frees)
+            .field("out_of_memory", &self.out_of_memory)
+            .field(
+                "first_bad_address",
+                &format_args!("{:#x}", self.first_bad_address),
+            )
+            .finish()
+    }
+}
+
+impl core::fmt::Display for Errors {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} double frees, {} invalid frees, {} out-of-memory nulls",
+            self.double_frees, self.invalid_frees, self.out_of_memory
+        )?;
+        if self.first_bad_address != 0 {
+            write!(f, ", first bad address {:#x}", self.first_bad_address)?;
+        }
+        Ok(())
+    }
 }
 
 impl ErrorRecord {
@@ -349,5 +377,27 @@ impl Layout {
         (0..LAYOUT_WORDS)
             .find(|&i| a[i] != b[i])
             .map(|i| (NAMES[i], a[i], b[i]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::Errors;
+    use std::format;
+
+    #[test]
+    fn error_records_print_addresses_in_hex() {
+        let e = Errors {
+            double_frees: 1,
+            invalid_frees: 2,
+            out_of_memory: 0,
+            first_bad_address: 0x7f00_0020_0010,
+        };
+        assert!(format!("{e:?}").contains("first_bad_address: 0x7f0000200010"));
+        assert_eq!(
+            format!("{e}"),
+            "1 double frees, 2 invalid frees, 0 out-of-memory nulls, first bad address 0x7f0000200010"
+        );
     }
 }

@@ -63,12 +63,25 @@ pub trait Kernel: Copy + Send + Sync {
     }
 }
 
-/// Defines a kernel; see the [module docs](crate::kernel).
+/// Defines a kernel; see the [module docs](crate::kernel). Parameters may
+/// be `mut` (mutable inside the body, as in any function).
 #[macro_export]
 macro_rules! kernel {
-    (
-        $(#[$meta:meta])*
-        $vis:vis fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ) $body:block
+    // Parameters are normalised one at a time to `[name : type ; mut?]`.
+    (@params $meta:tt $vis:tt $name:ident [$($done:tt)*]
+        (mut $arg:ident : $ty:ty $(, $($rest:tt)*)?) $body:block
+    ) => {
+        $crate::kernel!(@params $meta $vis $name [$($done)* [$arg : $ty ; mut]]
+            ($($($rest)*)?) $body);
+    };
+    (@params $meta:tt $vis:tt $name:ident [$($done:tt)*]
+        ($arg:ident : $ty:ty $(, $($rest:tt)*)?) $body:block
+    ) => {
+        $crate::kernel!(@params $meta $vis $name [$($done)* [$arg : $ty ;]]
+            ($($($rest)*)?) $body);
+    };
+    (@params [$(#[$meta:meta])*] [$vis:vis] $name:ident
+        [$([$arg:ident : $ty:ty ; $($mutable:tt)?])*] () $body:block
     ) => {
         $(#[$meta])*
         #[allow(non_snake_case, dead_code)]
@@ -99,7 +112,7 @@ macro_rules! kernel {
             /// The parameters must be what the kernel's documentation
             /// requires, as for a launch on the GPU.
             #[inline(always)]
-            pub unsafe fn body($( $arg: $ty ),*) $body
+            pub unsafe fn body($( $($mutable)? $arg: $ty ),*) $body
 
             impl $crate::kernel::Kernel for Args {
                 const NAME: &'static str = NAME;
@@ -127,5 +140,11 @@ macro_rules! kernel {
                 unsafe { body($( $arg ),*) }
             }
         }
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis fn $name:ident ( $($params:tt)* ) $body:block
+    ) => {
+        $crate::kernel!(@params [$(#[$meta])*] [$vis] $name [] ($($params)*) $body);
     };
 }

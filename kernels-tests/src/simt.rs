@@ -178,3 +178,20 @@ kernel! {
         write(out, 2, simt::warp_mask());
     }
 }
+
+kernel! {
+    /// `mut` parameters: each thread counts `n` down to zero in steps of
+    /// `step` (both parameters mutated in the body) and writes how many
+    /// steps it took to word 0 and the final `step` to word 1.
+    pub fn simt_countdown(out: *mut u32, mut n: u32, mut step: u32,) {
+        let mut steps = 0;
+        step = step.max(1);
+        while n > 0 {
+            n = n.saturating_sub(step);
+            steps += 1;
+        }
+        step += 1;
+        write(out, 0, steps);
+        write(out, 1, step);
+    }
+}

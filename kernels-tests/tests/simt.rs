@@ -389,3 +389,23 @@ fn threads_as_fibers_give_the_same_results() {
         check_ballot,
     );
 }
+
+/// `kernel!` takes `mut` parameters (and a trailing comma): the body may
+/// change them, the launch's copies are what each thread starts from.
+#[test]
+fn kernels_take_mut_parameters() {
+    use warpalloc_kernels_tests::simt::simt_countdown;
+    let cfg = LaunchConfig::linear(1, 3);
+    let mut out = vec![POISON; 3 * WORDS];
+    let args = simt_countdown::Args {
+        out: out.as_mut_ptr(),
+        n: 10,
+        step: 3,
+    };
+    // SAFETY: `out` has `WORDS` words per thread and outlives the launch.
+    unsafe { args.simulate(&cfg) }.expect("launch");
+    for t in 0..3 {
+        assert_eq!(out[t * WORDS..t * WORDS + 2], [4, 4], "thread {t}");
+    }
+    assert_eq!((args.n, args.step), (10, 3), "the launch's copy changed");
+}

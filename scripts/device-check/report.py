@@ -89,11 +89,9 @@ def main(out):
     md.append("| case | mode | threads | size | warpalloc cold | warpalloc warm | CUDA malloc | ratio | % of atomicOr ceiling | map/req |")
     md.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in (report["bench"] or {}).get("rows", []):
-        size = None
-        if r["size"].endswith(" B"):
-            size = int(float(r["size"].split()[0]))
-        elif r["size"].endswith("KiB") and "-" not in r["size"]:
-            size = int(float(r["size"].split()[0]) * 1024)
+        one_size = r["min_bytes"] == r["max_bytes"]
+        size = r["min_bytes"] if one_size else None
+        size_text = f"{r['min_bytes']} B" if one_size else f"{r['min_bytes']}-{r['max_bytes']} B"
         b = base.get((r["threads"], size)) if r["case"] == "alloc_free" else None
         if r["case"].startswith("mixed"):
             b = next((x for x in report["baseline"] if x.get("case") == "mixed"), None)
@@ -102,7 +100,7 @@ def main(out):
         ratio = f"{warm / cuda:.2f}×" if cuda else "-"
         pct = f"{100 * warm / ceil:.1f}%" if ceil else "-"
         mpr = f"{r['mapped_per_requested']:.2f}" if r.get("mapped_per_requested") else "-"
-        md.append(f"| {r['case']} | {r['mode']} | {r['threads']} | {r['size']} | {rate(r['cold_pairs_per_second'])} | "
+        md.append(f"| {r['case']} | {r['mode']} | {r['threads']} | {size_text} | {rate(r['cold_pairs_per_second'])} | "
                   f"{rate(r['warm_pairs_per_second'])} | {rate(cuda)} | {ratio} | {pct} | {mpr} |")
     md.append("")
     md.append("## atomics ceiling")

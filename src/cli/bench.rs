@@ -28,7 +28,10 @@ pub struct Row {
     pub case: String,
     pub mode: String,
     pub threads: u64,
-    pub size: String,
+    /// The smallest request, in bytes.
+    pub min_bytes: u64,
+    /// The largest request, in bytes (equal to `min_bytes` for one size).
+    pub max_bytes: u64,
     /// malloc+free pairs per second, cold (a fresh heap's first launch).
     pub cold_pairs_per_second: f64,
     /// malloc+free pairs per second, warm (the same launch again).
@@ -108,7 +111,8 @@ fn alloc_free_case(
         case: "alloc_free".into(),
         mode: mode_name(heap.mode()),
         threads: u64::from(blocks * block),
-        size: bytes(u64::from(size)),
+        min_bytes: u64::from(size),
+        max_bytes: u64::from(size),
         cold_pairs_per_second: pairs_per_second(pairs, times[0]),
         warm_pairs_per_second: pairs_per_second(pairs, times[1]),
         nulls,
@@ -141,7 +145,8 @@ fn mixed_case(
         case: "mixed 16 B-8 KiB".into(),
         mode: mode_name(heap.mode()),
         threads: u64::from(blocks * block),
-        size: "16 B-8 KiB".into(),
+        min_bytes: 16,
+        max_bytes: 8192,
         cold_pairs_per_second: pairs_per_second(pairs, times[0]),
         warm_pairs_per_second: pairs_per_second(pairs, times[1]),
         nulls,
@@ -230,7 +235,8 @@ fn fill_case(
         },
         mode: mode_name(heap.mode()),
         threads: n as u64,
-        size: "16 B-8 KiB".into(),
+        min_bytes: 16,
+        max_bytes: 8192,
         cold_pairs_per_second: pairs_per_second(s.allocs, elapsed.as_secs_f64()),
         warm_pairs_per_second: 0.0,
         nulls: s.nulls,
@@ -324,7 +330,11 @@ pub fn print(report: &BenchReport) {
             r.case,
             r.mode,
             r.threads,
-            r.size,
+            if r.min_bytes == r.max_bytes {
+                bytes(r.min_bytes)
+            } else {
+                format!("{}-{}", bytes(r.min_bytes), bytes(r.max_bytes))
+            },
             rate(r.cold_pairs_per_second),
             if r.warm_pairs_per_second > 0.0 {
                 rate(r.warm_pairs_per_second)

@@ -23,7 +23,7 @@ pub fn open_heap(
     config: HeapConfig,
     schedule: Schedule,
 ) -> Result<Heap, HostError> {
-    let mut launcher = Launcher::new(warpalloc::ptx::KERNELS_TESTS, prefer)?;
+    let mut launcher = Launcher::new(warpalloc_tool::ptx::KERNELS_TESTS, prefer)?;
     let cfg = launcher.simulator_config();
     cfg.seed = schedule.seed;
     cfg.workers = schedule.workers.max(1);

@@ -4,10 +4,10 @@
 
 use std::process::ExitCode;
 
-use warpalloc::ptx;
 use warpalloc_host::{HostError, Launcher, Prefer};
 use warpalloc_kernels_tests::demo::warp_tickets;
 use warpalloc_sim::Convergence;
+use warpalloc_tool::ptx;
 
 use super::common::Schedule;
 

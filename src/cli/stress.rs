@@ -17,10 +17,12 @@ use warpalloc_kernels_tests::stress::{
 
 use super::common::{buffer, bytes, launch, mode_name, rate, read_stats, target_name};
 
-/// The stress kernels, by name.
+/// The stress runs, by the name of the PTX kernel each is built around (a
+/// run may launch a helper kernel after it: `churn` drains its handoffs with
+/// `drain_transfer`, `fill` frees with `drain`).
 pub const KERNELS: &[&str] = &[
     "churn",
-    "sweep",
+    "size_sweep",
     "aligned",
     "fill",
     "lifetimes",
@@ -325,7 +327,7 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
         let before = heap.stats()?;
         let result = match name.as_str() {
             "churn" => run_churn(heap, a),
-            "sweep" => run_sweep(heap, a),
+            "size_sweep" => run_sweep(heap, a),
             "aligned" => run_aligned(heap, a),
             "fill" => run_fill(heap, a),
             "lifetimes" => run_lifetimes(heap, a),

@@ -16,9 +16,9 @@ use warpalloc_kernels_tests::stress::Stats;
 /// declarations only, which Miri parses in seconds rather than minutes: the
 /// same globals and entry points).
 pub const PTX: &str = if cfg!(miri) {
-    warpalloc::ptx::KERNELS_TESTS_DECLARATIONS
+    warpalloc_tool::ptx::KERNELS_TESTS_DECLARATIONS
 } else {
-    warpalloc::ptx::KERNELS_TESTS
+    warpalloc_tool::ptx::KERNELS_TESTS
 };
 
 /// A heap on the emulated device with `config`.

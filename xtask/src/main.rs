@@ -35,7 +35,7 @@ const MIRI_RUNS: &[&[&str]] = &[
     &["-p", "warpalloc-device", "--lib"],
     &[
         "-p",
-        "warpalloc",
+        "warpalloc-tool",
         "--test",
         "miri",
         "--",
@@ -224,7 +224,7 @@ fn device_check(steps: &mut Steps) -> Result<()> {
     steps.run("setup", setup)?;
     let stage = root().join(".device");
     steps.run("build", || {
-        cargo(&["build", "--release", "-p", "warpalloc"]).status_ok()
+        cargo(&["build", "--release", "-p", "warpalloc-tool"]).status_ok()
     })?;
     steps.run("stage", || {
         if stage.exists() {
@@ -286,7 +286,15 @@ fn run(steps: &mut Steps, mut args: Vec<String>) -> Result<()> {
         args.push("stress".to_owned());
     }
     steps.run("run", || {
-        let mut cmd = cargo(&["run", "--release", "-p", "warpalloc", "--"]);
+        let mut cmd = cargo(&[
+            "run",
+            "--release",
+            "-p",
+            "warpalloc-tool",
+            "--bin",
+            "warpalloc",
+            "--",
+        ]);
         cmd.args(&args);
         cmd.status_ok()
     })

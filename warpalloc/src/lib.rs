@@ -1,0 +1,35 @@
+//! warpalloc: `malloc`/`free` inside Rust GPU kernels — the library a
+//! program that launches kernels depends on.
+//!
+//! ```text
+//!   your kernel crate ── warpalloc-device (no_std): malloc, free, WarpAlloc,
+//!                        kernel!{}; built to PTX by warpalloc-builder
+//!   your program ─────── warpalloc (this crate): Heap over a Device
+//!                          ├── device::Cuda      a GPU (CUDA driver, cudarc)
+//!                          └── device::Emulated  the CPU warp simulator
+//! ```
+//!
+//! A [`Heap`] binds a module's `WARPALLOC_HEAP`, serves its kernels' requests
+//! for memory from the process's RPC server thread, and backs them with CUDA
+//! virtual memory (or its host emulation). This crate has no command-line
+//! dependencies and builds no kernels; the `warpalloc` tool
+//! (`warpalloc-tool`) is a crate of its own.
+
+#![warn(missing_docs)]
+
+pub use warpalloc_host::{
+    Buffer, Heap, HeapConfig, HeapStats, HostError, Launcher, Mode, Prefer, RpcCounts, backing,
+    device, server,
+};
+
+/// What the device heap reports: its error record, traffic and census.
+pub use warpalloc_device::heap::Census;
+pub use warpalloc_device::{Errors, Traffic};
+
+/// Kernels written once for the GPU and the simulator (`kernel!{}` defines
+/// them in the kernel crate).
+pub use warpalloc_device::kernel::Kernel;
+
+/// The CPU warp simulator's launch settings (seed, workers, convergence),
+/// for the emulated device.
+pub use warpalloc_sim::{Convergence, LaunchConfig};
