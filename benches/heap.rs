@@ -20,7 +20,7 @@ use warpalloc_device::sync::AtomicU32;
 use warpalloc_host::{Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, fill};
 
-fn sim_heap(config: HeapConfig) -> Heap {
+fn emulated_heap(config: HeapConfig) -> Heap {
     let launcher =
         Launcher::new(warpalloc_tool::ptx::KERNELS_TESTS, Prefer::Simulator).expect("launcher");
     Heap::new(launcher, config).expect("heap")
@@ -33,7 +33,7 @@ fn ping(client: &Client<'_>, n: u64) -> u64 {
 }
 
 fn rpc(c: &mut Criterion) {
-    let heap = sim_heap(HeapConfig {
+    let heap = emulated_heap(HeapConfig {
         ports: Some(64),
         ..HeapConfig::default()
     });
@@ -84,13 +84,16 @@ fn first_touch(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let mut heap = sim_heap(HeapConfig {
+                    let mut heap = emulated_heap(HeapConfig {
                         mode,
                         ..HeapConfig::default()
                     });
-                    heap.launcher_mut().simulator_config().workers = 1;
+                    heap.launcher_mut()
+                        .expect("a heap made with a launcher")
+                        .simulator_config()
+                        .workers = 1;
                     let n = (blocks * threads) as usize;
-                    let l = heap.launcher();
+                    let l = heap.launcher().expect("a heap made with a launcher");
                     let stats = l.alloc_zeroed::<u64>(STATS_WORDS).expect("buffer");
                     let ptrs = l.alloc_zeroed::<u64>(n).expect("buffer");
                     let sizes = l.alloc_zeroed::<u32>(n).expect("buffer");
@@ -109,7 +112,11 @@ fn first_touch(c: &mut Criterion) {
                     // outlive the launch.
                     unsafe { heap.launch((blocks, 1, 1), (threads, 1, 1), args) }.expect("launch");
                     total += start.elapsed();
-                    let stats = heap.launcher().read(&stats).expect("read");
+                    let stats = heap
+                        .launcher()
+                        .expect("a heap made with a launcher")
+                        .read(&stats)
+                        .expect("read");
                     assert_eq!(stats[2], 0, "out of memory in a benchmark");
                 }
                 total

@@ -24,7 +24,11 @@ fn churn_round(heap: &mut Heap, stats: &Buffer<u64>, iterations: u32, max_small:
     // SAFETY: `stats` has the kernel's words and outlives the launch; with
     // `slots == 0` the kernel never touches `transfer`.
     unsafe { heap.launch((16, 1, 1), (128, 1, 1), args) }.expect("churn launch");
-    let words = heap.launcher().read(stats).expect("read");
+    let words = heap
+        .launcher()
+        .expect("a heap made with a launcher")
+        .read(stats)
+        .expect("read");
     assert_eq!(words[3], 0, "corruption in a benchmark run");
     words[0]
 }
@@ -35,6 +39,7 @@ fn bench(c: &mut Criterion) {
     let mut heap = Heap::new(launcher, HeapConfig::default()).expect("heap");
     let stats = heap
         .launcher()
+        .expect("a heap made with a launcher")
         .alloc_zeroed::<u64>(STATS_WORDS)
         .expect("buffer");
     let mut group = c.benchmark_group("sim_churn");
@@ -44,7 +49,10 @@ fn bench(c: &mut Criterion) {
             ("1 worker, random", 1, Convergence::Random),
             ("2 workers, converged", 2, Convergence::Converged),
         ] {
-            *heap.launcher_mut().simulator_config() = LaunchConfig::linear(16, 128)
+            *heap
+                .launcher_mut()
+                .expect("a heap made with a launcher")
+                .simulator_config() = LaunchConfig::linear(16, 128)
                 .workers(workers)
                 .convergence(convergence);
             let iterations = 8;

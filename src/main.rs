@@ -176,7 +176,11 @@ fn main() -> ExitCode {
             schedule,
         } => (|| {
             let mut heap = open_heap(prefer, heap_config(pool_slabs, limit), schedule.schedule())?;
-            let sms = heap.launcher().info().multiprocessors;
+            let sms = heap
+                .launcher()
+                .expect("a heap made with a launcher")
+                .info()
+                .multiprocessors;
             let args = StressArgs {
                 kernels: if kernels.is_empty() {
                     KERNELS.iter().map(|k| k.to_string()).collect()

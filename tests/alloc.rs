@@ -245,7 +245,7 @@ fn live_slabs(heap: &Heap) -> u64 {
 
 #[test]
 fn fill_until_null_then_free_everything_then_fill_again() {
-    // 24 slabs of host memory: the provider runs dry long before the table.
+    // 24 slabs of address space: the region runs dry long before the table.
     for seed in seeds(0xf111u64, 3) {
         let mut heap = heap(24 * SLAB_SIZE, 256, 4);
         let cfg = LaunchConfig::linear(8, 64).seed(seed);
@@ -302,6 +302,7 @@ fn bad_input_is_refused_and_counted_without_corruption() {
     let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
     let outside = heap
         .launcher()
+        .expect("a heap made with a launcher")
         .upload(&[0x5au8; 64])
         .expect("a buffer outside the heap");
     run(

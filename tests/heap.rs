@@ -310,7 +310,7 @@ fn a_module_built_with_another_heap_layout_is_refused() {
         }),
         "errors",
     );
-    // A heap global 16 bytes longer than the layout says.
+    // A heap link 16 bytes longer than a link.
     refuse(
         &edited_ptx(|l| {
             if l.contains("WARPALLOC_HEAP_LAYOUT") {

@@ -91,3 +91,53 @@ fn miri_pool_mode_and_bad_input() {
     assert!(h.traffic.slabs_from_provider > 0);
     assert_empty(&mut heap, "miri bad input");
 }
+
+/// The user-facing path: an emulated context, a module, a heap attached and
+/// linked, a launch by name with the launch builder on a stream (its worker
+/// thread), parameters passed as bytes and rebuilt in the kernel.
+#[test]
+fn miri_launch_builder_on_a_stream() {
+    use warpalloc::emulated::{CudaContext, LaunchConfig as Grid, Ptx, PushKernelArg};
+    use warpalloc_kernels_tests::stress::alloc_free;
+
+    const KERNELS: &[warpalloc_device::kernel::Entry] = warpalloc_device::kernels![alloc_free];
+    let ctx = CudaContext::new(KERNELS).expect("context");
+    ctx.set_simulator(threads(LaunchConfig::linear(1, 1)));
+    let module = ctx
+        .load_module(Ptx::from_src(support::PTX))
+        .expect("module");
+    let heap = warpalloc::Heap::attach(
+        &ctx,
+        HeapConfig {
+            reserve: Some(4 * SLAB_SIZE),
+            slots: 4,
+            slab_cache: 1,
+            ports: Some(2),
+            ..HeapConfig::default()
+        },
+    )
+    .expect("heap");
+    heap.link(&module).expect("link");
+    let f = module.load_function("alloc_free").expect("alloc_free");
+    let stream = ctx.new_stream().expect("stream");
+    let mut out = stream.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
+    // SAFETY: STATS_WORDS words of stats.
+    unsafe {
+        stream
+            .launch_builder(&f)
+            .arg(&mut out)
+            .arg(&32u32)
+            .arg(&2u32)
+            .launch(Grid {
+                grid_dim: (1, 1, 1),
+                block_dim: (4, 1, 1),
+                shared_mem_bytes: 0,
+            })
+    }
+    .expect("launch");
+    let words = stream.clone_dtoh(&out).expect("read");
+    assert_eq!((words[0], words[2], words[3]), (8, 0, 0), "{words:?}");
+    let h = heap.stats().expect("stats");
+    assert!(h.traffic.served() > 0);
+    assert_eq!(h.live.live_allocations(), 0);
+}

@@ -3,7 +3,9 @@
 //! counters), and the layout that both sides must agree on.
 //!
 //! ```text
-//!   DeviceHeap (repr(C)), a module global on the GPU
+//!   module global WARPALLOC_HEAP: HeapLink ──► DeviceHeap (repr(C)), in
+//!   (8 bytes: the heap's address, 0 = none)     device memory the host's
+//!                                                Heap allocated
 //!   ┌──────────────┬─────────────┬──────────┬─────────┬──────┬───────┬─────┐
 //!   │ DeviceConfig │ ErrorRecord │ Counters │ Mailbox │ pool │ slots │ ... │
 //!   └──────────────┴─────────────┴──────────┴─────────┴──────┴───────┴─────┘
@@ -23,10 +25,46 @@
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
-/// The module global that holds a module's heap.
+/// The module global that links a module to its heap (a [`HeapLink`]).
 pub const HEAP_SYMBOL: &str = "WARPALLOC_HEAP";
 /// The module global that holds the layout the module was built with.
 pub const LAYOUT_SYMBOL: &str = "WARPALLOC_HEAP_LAYOUT";
+
+/// A module's link to its heap: the device address of the `DeviceHeap` its
+/// kernels allocate from, or 0 (every allocation returns null). The host's
+/// `Heap` writes it when it links the module and clears it when the heap
+/// drops, never while a kernel of the module runs; so several modules can
+/// share one heap, and a pointer from one module's kernel may be freed by
+/// another's.
+#[repr(C, align(8))]
+pub struct HeapLink {
+    heap: core::cell::UnsafeCell<u64>,
+}
+
+const _: () = assert!(core::mem::size_of::<HeapLink>() == 8);
+
+// SAFETY: the host writes the word only while no kernel of the module runs;
+// kernels only read it.
+unsafe impl Sync for HeapLink {}
+
+impl HeapLink {
+    /// No heap linked.
+    pub const fn unlinked() -> HeapLink {
+        HeapLink {
+            heap: core::cell::UnsafeCell::new(0),
+        }
+    }
+
+    /// The linked heap's address (0: none). A plain load: the host writes
+    /// the word between launches only, so a kernel sees one value
+    /// throughout.
+    #[inline(always)]
+    pub fn address(&self) -> u64 {
+        // SAFETY: a plain read of a word nothing writes during a launch
+        // (the type's contract).
+        unsafe { *self.heap.get() }
+    }
+}
 
 /// How a heap gets system memory (slabs and large blocks).
 #[repr(u32)]
@@ -235,15 +273,24 @@ impl Traffic {
         self.slabs_from_provider + self.slabs_from_cache + self.large_allocations
     }
 
-    /// The traffic since `earlier` (counters only grow).
+    /// The traffic since `earlier` (counters only grow; a counter smaller
+    /// than `earlier`'s, from another heap, gives 0).
     pub fn since(&self, earlier: &Traffic) -> Traffic {
         Traffic {
-            slabs_from_provider: self.slabs_from_provider - earlier.slabs_from_provider,
-            slabs_from_cache: self.slabs_from_cache - earlier.slabs_from_cache,
-            slabs_to_cache: self.slabs_to_cache - earlier.slabs_to_cache,
-            slabs_to_provider: self.slabs_to_provider - earlier.slabs_to_provider,
-            large_allocations: self.large_allocations - earlier.large_allocations,
-            large_frees: self.large_frees - earlier.large_frees,
+            slabs_from_provider: self
+                .slabs_from_provider
+                .saturating_sub(earlier.slabs_from_provider),
+            slabs_from_cache: self
+                .slabs_from_cache
+                .saturating_sub(earlier.slabs_from_cache),
+            slabs_to_cache: self.slabs_to_cache.saturating_sub(earlier.slabs_to_cache),
+            slabs_to_provider: self
+                .slabs_to_provider
+                .saturating_sub(earlier.slabs_to_provider),
+            large_allocations: self
+                .large_allocations
+                .saturating_sub(earlier.large_allocations),
+            large_frees: self.large_frees.saturating_sub(earlier.large_frees),
         }
     }
 }

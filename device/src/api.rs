@@ -27,24 +27,20 @@ use core::alloc::{GlobalAlloc, Layout};
 use crate::heap::DeviceHeap;
 use crate::simt;
 
-/// The heap of the running kernel: the module's `WARPALLOC_HEAP` on the
-/// GPU; on the host, the heap the simulator launch was bound to (none outside
-/// a launch, or for a launch without a binding).
+/// The heap of the running kernel: the one the module's `WARPALLOC_HEAP`
+/// links on the GPU; on the host, the heap the simulator launch was bound to
+/// (the emulated device binds the launched module's link). None when no heap
+/// is linked, or outside a launch.
 #[inline(always)]
 pub fn heap() -> Option<&'static DeviceHeap> {
     #[cfg(target_arch = "nvptx64")]
-    {
-        Some(&crate::WARPALLOC_HEAP)
-    }
+    let address = crate::WARPALLOC_HEAP.address() as usize;
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let binding = warpalloc_sim::binding();
-        // SAFETY: a launch's binding word is 0 or the address of the
-        // `DeviceHeap` of the launched module (the emulated device sets it
-        // to the module's `WARPALLOC_HEAP`), which outlives the launch.
-        (binding != 0)
-            .then(|| unsafe { &*core::ptr::with_exposed_provenance::<DeviceHeap>(binding) })
-    }
+    let address = warpalloc_sim::binding();
+    // SAFETY: the link (or the launch's binding) is 0 or the address of a
+    // `DeviceHeap` that the host's `Heap` keeps alive while the module is
+    // linked to it, which covers every launch of the module.
+    (address != 0).then(|| unsafe { &*core::ptr::with_exposed_provenance::<DeviceHeap>(address) })
 }
 
 /// `size` bytes, 16-byte aligned; null on failure (see the module docs).
@@ -138,8 +134,9 @@ pub fn usable_size(ptr: *const u8) -> usize {
 /// kernels) serves the lanes of a launch bound to a heap from that heap, and
 /// everything else (the host program, the simulator itself) from the system
 /// allocator. A pointer is freed by the registered heap whose region holds it
-/// (see `registry`), wherever the free happens, and by the system allocator
-/// only when no heap's region holds it.
+/// (see `registry`), wherever the free happens, as long as that heap lives:
+/// free a heap's pointers before dropping the heap. The system allocator
+/// frees only what no live heap's region holds.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WarpAlloc;
 
@@ -166,7 +163,9 @@ unsafe impl GlobalAlloc for WarpAlloc {
         #[cfg(target_arch = "nvptx64")]
         {
             let _ = layout;
-            crate::WARPALLOC_HEAP.deallocate(simt::activemask(), ptr);
+            if let Some(heap) = heap() {
+                heap.deallocate(simt::activemask(), ptr);
+            }
         }
         #[cfg(not(target_arch = "nvptx64"))]
         match crate::registry::owner_of(ptr.expose_provenance() as u64) {

@@ -22,8 +22,19 @@
 //     unsafe { lanes::Args { out }.simulate(&LaunchConfig::linear(4, 96)) }?;
 //! ```
 //!
-//! Parameters must be `Copy` and FFI-safe (integers, raw pointers, `repr(C)`
-//! structs of those), as for any CUDA kernel. Raw pointers name device memory
+//! On the host, each kernel module also has `ENTRY`, an [`Entry`]: the kernel
+//! by name, launchable from parameters given as bytes — what the emulated
+//! device runs when a program launches by name, as cudarc's launch builder
+//! does on a GPU. [`kernels!`](crate::kernels!) lists a crate's entries:
+//!
+//! ```ignore
+//! #[cfg(not(target_arch = "nvptx64"))]
+//! pub const KERNELS: &[warpalloc_device::kernel::Entry] =
+//!     warpalloc_device::kernels![lanes, scratch];
+//! ```
+//!
+//! Parameters must be `Copy` and implement [`Param`] (integers, floats, raw
+//! pointers), as a CUDA kernel's parameters are plain values. Raw pointers name device memory
 //! (host memory in the simulator); the kernel's code is responsible for the
 //! synchronisation of what they point to, exactly as in CUDA.
 
@@ -61,6 +72,175 @@ pub trait Kernel: Copy + Send + Sync {
         // vouched for, during the launch, which ends before we return.
         warpalloc_sim::launch(cfg, move || unsafe { self.run() })
     }
+}
+
+/// A kernel parameter: a plain value the host passes by its bytes. On the
+/// host, [`Param::from_bytes`] rebuilds it from the bytes a launch builder
+/// pushed (a pointer from its address, exposed as device addresses are).
+pub trait Param: Copy {
+    /// The value in `bytes` (native endianness), or `None` when `bytes` is
+    /// not exactly `size_of::<Self>()` long.
+    fn from_bytes(bytes: &[u8]) -> Option<Self>;
+}
+
+macro_rules! plain_params {
+    ($($t:ty),*) => {$(
+        impl Param for $t {
+            fn from_bytes(bytes: &[u8]) -> Option<Self> {
+                Some(<$t>::from_ne_bytes(bytes.try_into().ok()?))
+            }
+        }
+    )*};
+}
+plain_params!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize, f32, f64);
+
+impl<T> Param for *mut T {
+    fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        Some(core::ptr::with_exposed_provenance_mut(usize::from_bytes(
+            bytes,
+        )?))
+    }
+}
+
+impl<T> Param for *const T {
+    fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        Some(core::ptr::with_exposed_provenance(usize::from_bytes(
+            bytes,
+        )?))
+    }
+}
+
+/// Why a launch by name did not run.
+#[cfg(not(target_arch = "nvptx64"))]
+#[derive(Debug)]
+pub enum EntryError {
+    /// The launch gave the wrong number of parameters.
+    ParamCount {
+        /// The kernel's.
+        expected: usize,
+        /// The launch's.
+        given: usize,
+    },
+    /// Parameter `index` has the wrong size.
+    ParamSize {
+        /// Its position, from 0.
+        index: usize,
+        /// Bytes of the declared type.
+        expected: usize,
+        /// Bytes given.
+        given: usize,
+    },
+    /// The simulator stopped the launch.
+    Sim(warpalloc_sim::SimError),
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl core::fmt::Display for EntryError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            EntryError::ParamCount { expected, given } => {
+                write!(
+                    f,
+                    "the kernel takes {expected} parameters, the launch gave {given}"
+                )
+            }
+            EntryError::ParamSize {
+                index,
+                expected,
+                given,
+            } => write!(
+                f,
+                "parameter {index} is {expected} bytes in the kernel, {given} in the launch"
+            ),
+            EntryError::Sim(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl core::error::Error for EntryError {}
+
+/// A kernel compiled into this program, by name: what the emulated device
+/// launches for a PTX entry point of the same name.
+#[cfg(not(target_arch = "nvptx64"))]
+#[derive(Clone, Copy)]
+pub struct Entry {
+    /// The entry point's symbol.
+    pub name: &'static str,
+    /// Bytes of each parameter, in order.
+    pub params: &'static [usize],
+    run: unsafe fn(
+        &[&[u8]],
+        &warpalloc_sim::LaunchConfig,
+    ) -> Result<warpalloc_sim::LaunchStats, EntryError>,
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl core::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Entry")
+            .field("name", &self.name)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl Entry {
+    /// For `kernel!`'s expansion.
+    #[doc(hidden)]
+    pub const fn new(
+        name: &'static str,
+        params: &'static [usize],
+        run: unsafe fn(
+            &[&[u8]],
+            &warpalloc_sim::LaunchConfig,
+        ) -> Result<warpalloc_sim::LaunchStats, EntryError>,
+    ) -> Entry {
+        Entry { name, params, run }
+    }
+
+    /// Runs the kernel in the simulator with `params`, each parameter's
+    /// bytes in declaration order.
+    ///
+    /// # Safety
+    /// As for [`Kernel::run`]: the parameters must be valid for the kernel
+    /// for the whole launch.
+    pub unsafe fn launch(
+        &self,
+        params: &[&[u8]],
+        cfg: &warpalloc_sim::LaunchConfig,
+    ) -> Result<warpalloc_sim::LaunchStats, EntryError> {
+        if params.len() != self.params.len() {
+            return Err(EntryError::ParamCount {
+                expected: self.params.len(),
+                given: params.len(),
+            });
+        }
+        if let Some((index, (p, &expected))) = params
+            .iter()
+            .zip(self.params)
+            .enumerate()
+            .find(|(_, (p, expected))| p.len() != **expected)
+        {
+            return Err(EntryError::ParamSize {
+                index,
+                expected,
+                given: p.len(),
+            });
+        }
+        // SAFETY: forwarded from the caller; the sizes match.
+        unsafe { (self.run)(params, cfg) }
+    }
+}
+
+/// The [`Entry`]s of the kernels named, as a `&'static [Entry]` (host
+/// builds): `kernels![scratch, lanes]`.
+#[macro_export]
+macro_rules! kernels {
+    ($($kernel:path),* $(,)?) => {
+        &[$( { use $kernel as k; k::ENTRY } ),*]
+    };
 }
 
 /// Defines a kernel; see the [module docs](crate::kernel). Parameters may
@@ -127,6 +307,38 @@ macro_rules! kernel {
                     $( f(&raw mut self.$arg as *mut ::core::ffi::c_void); )*
                     let _ = f;
                 }
+            }
+
+            /// The kernel by name, launchable from its parameters' bytes
+            /// (the emulated device's launches by name).
+            #[cfg(not(target_arch = "nvptx64"))]
+            pub const ENTRY: $crate::kernel::Entry = $crate::kernel::Entry::new(
+                NAME,
+                &[$( ::core::mem::size_of::<$ty>() ),*],
+                launch_from_bytes,
+            );
+
+            /// # Safety
+            /// As for `Kernel::run`; `params` has one entry of the right
+            /// size per parameter (`Entry::launch` checked).
+            #[cfg(not(target_arch = "nvptx64"))]
+            unsafe fn launch_from_bytes(
+                params: &[&[u8]],
+                cfg: &$crate::sim::LaunchConfig,
+            ) -> Result<$crate::sim::LaunchStats, $crate::kernel::EntryError> {
+                let mut _next = params.iter();
+                let args = Args {
+                    $( $arg: _next
+                        .next()
+                        .and_then(|b| <$ty as $crate::kernel::Param>::from_bytes(b))
+                        .ok_or($crate::kernel::EntryError::ParamCount {
+                            expected: ENTRY.params.len(),
+                            given: params.len(),
+                        })?, )*
+                };
+                // SAFETY: forwarded from the caller.
+                unsafe { $crate::kernel::Kernel::simulate(args, cfg) }
+                    .map_err($crate::kernel::EntryError::Sim)
             }
 
             /// The GPU entry point.

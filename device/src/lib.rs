@@ -89,14 +89,14 @@ pub use api::{WarpAlloc, aligned_alloc, calloc, free, heap, malloc, realloc, usa
 #[cfg(not(loom))]
 pub use heap::DeviceHeap;
 
-/// The heap of every kernel in a module: configured by the host (through
-/// `cuModuleGetGlobal` on a GPU) before launch. Zero-initialised: until the
-/// host binds it, every allocation returns null.
+/// The heap of every kernel in a module: the host's `Heap` links the module
+/// (through `cuModuleGetGlobal` on a GPU) by writing its device heap's
+/// address here. Zero: until a heap is linked, every allocation returns null.
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]
-pub static WARPALLOC_HEAP: DeviceHeap = DeviceHeap::new();
+pub static WARPALLOC_HEAP: abi::HeapLink = abi::HeapLink::unlinked();
 
-/// The layout of [`WARPALLOC_HEAP`] as this module was compiled: the host
+/// The layout of the `DeviceHeap` this module was compiled for: the host
 /// compares it with its own before it touches the heap (`abi::Layout`).
 #[cfg(target_arch = "nvptx64")]
 #[unsafe(no_mangle)]

@@ -5,11 +5,20 @@
 //!
 //! ```text
 //!   HEAPS: [ heap address | 0 ] × 64      USED: entries ever taken (scan bound)
+//!   COPYING: RwLock — lookups read a heap's region under a read lock; the
+//!            emulated device writes device memory (a host copy of a heap
+//!            going back) under the write lock
 //! ```
+//!
+//! A host thread that frees a heap's pointer (a `Vec` a kernel made, dropped
+//! on the host) must do so while that heap lives, and not while the heap's
+//! own host methods (`Heap::stats`, `check`, `trim`, `link`, creating or
+//! dropping it) run on another thread: those copy the whole device heap.
 //!
 //! [`WarpAlloc`]: crate::WarpAlloc
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use crate::DeviceHeap;
 
@@ -18,6 +27,33 @@ pub const CAPACITY: usize = 64;
 static HEAPS: [AtomicUsize; CAPACITY] = [const { AtomicUsize::new(0) }; CAPACITY];
 /// One past the highest entry ever used: lookups scan no further.
 static USED: AtomicUsize = AtomicUsize::new(0);
+
+/// Held by lookups while they read a heap's region words.
+static COPYING: RwLock<()> = RwLock::new(());
+
+/// Excludes lookups while the caller writes memory that may hold a
+/// registered heap (the emulated device's `write`), so that a lookup never
+/// reads a heap's words while they are being copied over.
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    COPYING.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The read lock, taken without blocking the OS thread: a simulated lane
+/// that waits here lets the simulator run its other lanes (one of which may
+/// hold the lock across a switch point of the region's atomics), so a
+/// waiting writer never deadlocks a simulator worker.
+fn read_lock() -> RwLockReadGuard<'static, ()> {
+    loop {
+        match COPYING.try_read() {
+            Ok(guard) => return guard,
+            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+            Err(TryLockError::WouldBlock) if warpalloc_sim::in_launch() => {
+                warpalloc_sim::switch_point()
+            }
+            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
+        }
+    }
+}
 
 /// A registered heap; dropping it unregisters the heap.
 #[derive(Debug)]
@@ -60,6 +96,7 @@ impl Drop for Registration {
 
 /// The registered heap whose region holds `addr`, if any.
 pub(crate) fn owner_of(addr: u64) -> Option<&'static DeviceHeap> {
+    let _reading = read_lock();
     let used = USED.load(Ordering::Relaxed).min(CAPACITY);
     HEAPS[..used].iter().find_map(|entry| {
         // ORDERING: acquire: pairs with the release in `register`.

@@ -10,7 +10,7 @@
 //!
 //! Bit `i` of the bitfield is set while block `i` (at `data + i·block`) is
 //! allocated. A pointer that is not 2 MiB aligned belongs to the slab at its
-//! 2 MiB boundary (the header sits where no block can); the block table of the
+//! 2 MiB boundary (the header sits where no block can); the granule table of the
 //! heap says whether that slab is live before anything here is read.
 //!
 //! Invariants: `set bits ≤ usable`; bits `≥ usable` are never set; a bit is
@@ -40,6 +40,19 @@ pub struct Header {
 }
 
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_BYTES as usize);
+
+impl Header {
+    /// The geometry of the class this header names, if `block` is one of
+    /// the size classes' block sizes.
+    #[inline(always)]
+    pub fn geometry(&self) -> Option<Geometry> {
+        if self.block < 16 || self.block as u64 > SLAB_SIZE / 2 {
+            return None;
+        }
+        let geo = geometry(class_index(self.block));
+        (geo.block == self.block).then_some(geo)
+    }
+}
 const _: () = assert!(SLAB_SIZE.is_power_of_two());
 
 /// A slab, by its address. The address must be a slab this heap owns for
@@ -239,12 +252,7 @@ impl Slab {
     #[inline(always)]
     pub unsafe fn geometry(self) -> Option<Geometry> {
         // SAFETY: the caller's contract.
-        let block = unsafe { self.header() }.block;
-        if block < 16 || block as u64 > SLAB_SIZE / 2 {
-            return None;
-        }
-        let geo = geometry(class_index(block));
-        (geo.block == block).then_some(geo)
+        unsafe { self.header() }.geometry()
     }
 }
 

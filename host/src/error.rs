@@ -66,9 +66,34 @@ pub enum HostError {
     /// The host could not allocate memory standing for device memory.
     #[error("out of host memory ({0} bytes) for the emulated device")]
     OutOfHostMemory(usize),
-    /// Too many modules with a heap are loaded on the emulated device.
-    #[error("more than {0} emulated modules with a WARPALLOC_HEAP are loaded at once")]
+    /// Too many heaps live at once on the emulated device.
+    #[error("more than {0} heaps live at once on the emulated device")]
     TooManyHeaps(usize),
+    /// The module is linked to another heap.
+    #[error(
+        "the module is linked to another heap (at {0:#x}): a module allocates from one heap; \
+         drop that heap first"
+    )]
+    LinkedElsewhere(u64),
+    /// `Heap::launch` on a heap made by `Heap::attach`.
+    #[error(
+        "this heap was attached to a context, not made with a Launcher: launch with your own code"
+    )]
+    NoLauncher,
+    /// A handle of one kind of device given to a heap on another.
+    #[error("{0}")]
+    WrongDevice(&'static str),
+    /// An emulated stream's worker thread could not be started.
+    #[error("could not start an emulated stream's thread: {0}")]
+    Stream(std::io::Error),
+    /// A launch by name did not run.
+    #[error("launching `{kernel}`: {why}")]
+    Launch {
+        /// The kernel.
+        kernel: String,
+        /// Why.
+        why: String,
+    },
     /// A device heap's state is inconsistent (a broken invariant).
     #[error("the device heap is corrupt: {0}")]
     HeapCorrupt(String),

@@ -1,27 +1,44 @@
-//! `Heap`: a module's device heap, configured, served by the RPC server and
-//! backed by device memory — through the device interface, so that the one
-//! code path here runs on a GPU and, in CI, on the emulated device.
+//! `Heap`: a device heap in the device's memory, configured, served by the
+//! RPC server and backed by device memory — through the device interface, so
+//! that the one code path here runs on a GPU and, in CI, on the emulated
+//! device.
 //!
 //! ```text
-//!   Heap::new(launcher, config)
-//!     ├─ the module's WARPALLOC_HEAP, after checking its layout
-//!     │  (WARPALLOC_HEAP_LAYOUT, and the global's size) against this program's
+//!   Heap::attach(&ctx, config)        ctx: the user's cudarc CudaContext,
+//!     │                               the emulated one, or a Device
+//!     ├─ the DeviceHeap: device memory (alloc_zeroed), configured on a
+//!     │  host copy (region, mailbox, mode; the pool in pool mode), written
 //!     ├─ Region over device.backing(): one reserved range, granules mapped
 //!     │  on demand (CudaVmm | HostEmulated)
-//!     ├─ mailbox: device.mapped_host(), registered with the RPC server thread
-//!     └─ a copy of the device heap: configure (region, mailbox, mode), fill
-//!        the pool (pool mode), write it back
-//!   heap.launch(grid, block, args)    synchronous: returns when the kernel
-//!                                     ended and the server took its requests
-//!   heap.stats() / check() / trim()   between launches, on a copy
+//!     └─ mailbox: device.mapped_host(), registered with the RPC server
+//!   heap.link(&module)                checks the module's
+//!                                     WARPALLOC_HEAP_LAYOUT against this
+//!                                     program's DeviceHeap, then writes the
+//!                                     heap's address into its WARPALLOC_HEAP
+//!                                     (several modules may share one heap)
+//!   … the user launches the module's kernels on any stream; the server
+//!     serves their requests while they run …
+//!   heap.stats() / check() / trim()   synchronise the context first, then
+//!                                     work on a copy
+//!   drop(heap)                        synchronises, unlinks every module,
+//!                                     stops serving, frees the memory
 //! ```
 //!
 //! The host operates the device heap only through `DeviceHeap`'s own methods:
-//! it reads the whole heap into a host copy (`read_device_heap`), calls the
-//! method — `configure`, `pool_push`, `errors`, `traffic`, `take_cached`,
-//! `check`, `census` — and writes the copy back when it changed something.
-//! Slab memory that `check` and `census` read goes through the device
-//! interface too.
+//! it reads the whole heap into a host copy ([`HeapCopy`]), calls the method
+//! — `configure`, `pool_push`, `errors`, `traffic`, `take_cached`, `check`,
+//! `census` — and writes the copy back when it changed something. Slab
+//! memory that `check` and `census` read goes through the device interface
+//! too, and only where the region has mapped granules.
+//!
+//! # Synchronisation
+//! `stats`, `check`, `trim`, `link` and dropping the heap need no kernel of
+//! the context to run: each first waits for every stream of the context
+//! (`Device::synchronize`, which is `cuCtxSynchronize` on a GPU) and for the
+//! server to take the requests the kernels left. So they are safe, and they
+//! block while kernels run: call them after your launches, not from inside a
+//! stream callback. A kernel that never ends blocks them, as it would block
+//! `cuCtxSynchronize`.
 //!
 //! # Which mode
 //! * [`Mode::Rpc`] (default): slabs and large blocks are mapped when the device
@@ -34,10 +51,6 @@
 //!   mapping memory while a kernel runs turned out not to work on some driver.
 //!   It costs the pool's memory up front. Large blocks (≥ 1 MiB) still go to
 //!   the server.
-//!
-//! Launches are synchronous, so no kernel runs when `stats`, `check`, `trim`
-//! or `drop` do their work; `drop` stops serving the mailbox before it unmaps
-//! anything.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -48,14 +61,17 @@ use warpalloc_device::abi::{
     ConfigValues, Errors, HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout, ProviderKind, Traffic,
 };
 use warpalloc_device::heap::{Census, DEFAULT_CACHE, LAYOUT, MAX_SLOTS, SlabMemory};
+use warpalloc_device::registry;
 use warpalloc_device::rpc::wire::{self, Port, Reply, Request};
 
 use crate::backing::{Backing, GRANULE, Region, RegionConfig, RegionStats};
-use crate::device::{Device, Global, HostMapping, Launch, LaunchReport};
+use crate::device::{
+    Allocation, AsDevice, AsModule, Device, Global, HostMapping, Launch, LaunchReport, Module,
+};
 use crate::server::{self, Registration};
 use crate::{HostError, Launcher};
 
-/// How the device gets its slabs.
+/// How slabs reach the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// On demand, over RPC (see the module docs).
@@ -145,21 +161,67 @@ fn lock(region: &SharedRegion) -> MutexGuard<'_, Region<Box<dyn Backing>>> {
     region.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// How long `launch` waits for the server to take a kernel's last requests.
+/// How long the heap waits for the server to take a kernel's last requests.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A warpalloc heap and the kernels it serves (see the module docs).
+/// A host copy of a device heap: made zeroed (every byte initialised,
+/// padding included), so that it can be viewed as bytes to copy from and to
+/// the device.
+struct HeapCopy(Box<DeviceHeap>);
+
+impl HeapCopy {
+    /// An unbound heap (all zero, as `DeviceHeap::new()`).
+    fn zeroed() -> HeapCopy {
+        // SAFETY: every field of `DeviceHeap` is an atomic integer, for
+        // which all-zero bytes are valid.
+        HeapCopy(unsafe { Box::<DeviceHeap>::new_zeroed().assume_init() })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the box holds `size_of::<DeviceHeap>()` initialised bytes
+        // (zeroed at creation; since then written only as integers or as
+        // whole bytes), valid for reads while `self` is borrowed.
+        unsafe {
+            std::slice::from_raw_parts((&raw const *self.0).cast::<u8>(), size_of::<DeviceHeap>())
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; any bytes are a valid `DeviceHeap` (plain
+        // integers), and the borrow is exclusive.
+        unsafe {
+            std::slice::from_raw_parts_mut((&raw mut *self.0).cast::<u8>(), size_of::<DeviceHeap>())
+        }
+    }
+}
+
+impl std::ops::Deref for HeapCopy {
+    type Target = DeviceHeap;
+    fn deref(&self) -> &DeviceHeap {
+        &self.0
+    }
+}
+
+/// A warpalloc heap (see the module docs).
 pub struct Heap {
-    // Field order is drop order: stop serving, then free the mailbox, then
-    // unmap the region, then the module (and its heap global).
+    // Field order is drop order, after `Drop::drop` has unlinked the
+    // modules: stop serving, unregister from WarpAlloc's registry, free the
+    // device heap, the mailbox, unmap the region, then the launcher and the
+    // device.
     /// Stops serving the mailbox when dropped, first.
     registration: Registration,
+    /// The modules linked to this heap (unlinked on drop).
+    links: Mutex<Vec<Arc<dyn Module>>>,
+    /// The heap in `WarpAlloc`'s registry (emulated device only).
+    _registered: Option<registry::Registration>,
+    /// The `DeviceHeap`, in device memory.
+    state: Box<dyn Allocation>,
     mailbox: Box<dyn HostMapping>,
     region: SharedRegion,
     counters: Arc<Counters>,
-    global: Global,
     mode: Mode,
-    launcher: Launcher,
+    launcher: Option<Launcher>,
+    device: Arc<dyn Device>,
 }
 
 /// The server's handler for one heap: the region answers `Alloc` and `Free`.
@@ -184,33 +246,34 @@ fn handler(region: SharedRegion, counters: Arc<Counters>) -> Arc<server::Handler
     })
 }
 
-/// Slab memory read through the device interface.
-struct DeviceMemory<'a>(&'a dyn Device);
+/// Slab memory read through the device interface, only where the region
+/// has mapped granules.
+struct DeviceMemory<'a> {
+    device: &'a dyn Device,
+    region: &'a Region<Box<dyn Backing>>,
+}
 
 impl SlabMemory for DeviceMemory<'_> {
     fn read_words(&self, addr: u64, out: &mut [u32]) -> bool {
-        // SAFETY: `check` and `census` read only the headers and bitfields
-        // of slabs the heap names (published, cached, pooled), which are
-        // mapped granules of this heap's region; no kernel runs (the heap's
-        // launches are synchronous).
-        unsafe { self.0.read(addr, bytemuck::cast_slice_mut(out)) }.is_ok()
+        if !self.region.is_mapped(addr, 4 * out.len() as u64) {
+            return false;
+        }
+        // SAFETY: the range lies in mapped granules of this heap's region
+        // (checked above; the region's lock is held, so none is unmapped
+        // meanwhile), and no kernel runs (the caller synchronised).
+        unsafe { self.device.read(addr, bytemuck::cast_slice_mut(out)) }.is_ok()
     }
 }
 
-/// Checks a module's heap global and layout against this program's.
-fn check_layout(launcher: &Launcher) -> Result<Global, HostError> {
-    let module = launcher.module();
+/// Checks a module's heap link and layout against this program's.
+fn check_layout(device: &dyn Device, module: &dyn Module) -> Result<Global, HostError> {
     let global = module.global(HEAP_SYMBOL)?;
     let words = match module.global(LAYOUT_SYMBOL) {
         Ok(g) if g.size == 8 * LAYOUT_WORDS => {
             let mut words = [0u64; LAYOUT_WORDS];
-            // SAFETY: a module global of exactly this size, read between
-            // launches.
-            unsafe {
-                launcher
-                    .device()
-                    .read(g.addr, bytemuck::cast_slice_mut(&mut words))
-            }?;
+            // SAFETY: a module global of exactly this size, read while no
+            // kernel runs (the caller synchronised).
+            unsafe { device.read(g.addr, bytemuck::cast_slice_mut(&mut words)) }?;
             words
         }
         Ok(g) => {
@@ -237,22 +300,63 @@ fn check_layout(launcher: &Launcher) -> Result<Global, HostError> {
             "{field}: {module_value} in the module, {host_value} here"
         )));
     }
-    if global.size as u64 != LAYOUT.size || global.addr % LAYOUT.align != 0 {
+    if global.size != 8 || global.addr % 8 != 0 {
         return Err(HostError::HeapLayout(format!(
-            "{HEAP_SYMBOL} is {} bytes at {:#x}, expected {} bytes aligned to {}",
-            global.size, global.addr, LAYOUT.size, LAYOUT.align
+            "{HEAP_SYMBOL} is {} bytes at {:#x}, expected a heap link of 8 bytes aligned to 8",
+            global.size, global.addr
         )));
     }
     Ok(global)
 }
 
+/// Reads a module's heap link.
+fn read_link(device: &dyn Device, global: Global) -> Result<u64, HostError> {
+    let mut word = [0u8; 8];
+    // SAFETY: an 8-byte module global (`check_layout`), read while no kernel
+    // runs (the caller synchronised).
+    unsafe { device.read(global.addr, &mut word) }?;
+    Ok(u64::from_ne_bytes(word))
+}
+
+/// Writes a module's heap link.
+fn write_link(device: &dyn Device, global: Global, heap: u64) -> Result<(), HostError> {
+    // SAFETY: as in `read_link`.
+    unsafe { device.write(global.addr, &heap.to_ne_bytes()) }
+}
+
 impl Heap {
-    /// A heap for the kernels `launcher` runs: the module's `WARPALLOC_HEAP`
-    /// (its layout checked against this program's), a region of the
-    /// device's memory, a mapped mailbox served by the RPC server.
+    /// A heap on `ctx` (the user's `Arc<cudarc::driver::CudaContext>`, an
+    /// emulated `CudaContext`, or a `Device`): its device heap in device
+    /// memory, a region of the device's memory, a mapped mailbox served by
+    /// the RPC server. Link the modules whose kernels allocate with
+    /// [`Heap::link`].
+    pub fn attach(ctx: &impl AsDevice, config: HeapConfig) -> Result<Heap, HostError> {
+        Heap::on(ctx.as_device()?, config, None)
+    }
+
+    /// A heap for the kernels `launcher` runs: [`Heap::attach`] to its
+    /// device, [`Heap::link`] its module, and [`Heap::launch`] through it.
     pub fn new(launcher: Launcher, config: HeapConfig) -> Result<Heap, HostError> {
-        let global = check_layout(&launcher)?;
         let device = Arc::clone(launcher.device());
+        let module = Arc::clone(launcher.module());
+        let heap = Heap::on(device, config, Some(launcher))?;
+        heap.link(&module)?;
+        Ok(heap)
+    }
+
+    fn on(
+        device: Arc<dyn Device>,
+        config: HeapConfig,
+        launcher: Option<Launcher>,
+    ) -> Result<Heap, HostError> {
+        if LAYOUT.align > 256 {
+            // `alloc_zeroed` aligns to 256 bytes on both devices.
+            return Err(HostError::HeapLayout(format!(
+                "DeviceHeap needs {}-byte alignment, device memory gives 256",
+                LAYOUT.align
+            )));
+        }
+        let state = device.alloc_zeroed(size_of::<DeviceHeap>())?;
         let ports = config
             .ports
             .unwrap_or_else(|| wire::port_count_for(device.info().resident_warps()))
@@ -267,6 +371,39 @@ impl Heap {
             },
         )?));
         let counters = Arc::new(Counters::default());
+
+        let copy = HeapCopy::zeroed();
+        let (base, len) = {
+            let r = lock(&region);
+            (r.base(), r.len())
+        };
+        copy.configure(ConfigValues {
+            slot_count: config.slots,
+            cache_limit: config.slab_cache,
+            provider: match config.mode {
+                Mode::Rpc => ProviderKind::Rpc,
+                Mode::Pool { .. } => ProviderKind::Pool,
+            } as u32,
+            port_count: ports,
+            region_base: base,
+            region_len: len,
+            mailbox: mailbox.device(),
+        });
+        if let Mode::Pool { slabs } = config.mode {
+            let mut region = lock(&region);
+            for _ in 0..slabs {
+                let Ok(slab) = region.allocate(GRANULE, GRANULE) else {
+                    break;
+                };
+                copy.pool_push(slab);
+            }
+        }
+        // SAFETY: `state` is fresh device memory of `DeviceHeap`'s size that
+        // no kernel can reach yet (no module links it).
+        unsafe { device.write(state.addr(), copy.bytes()) }?;
+        // SAFETY: `state` holds a configured `DeviceHeap` of this program's
+        // layout, and is dropped after the registration (field order).
+        let registered = unsafe { device.register_heap(state.addr()) }?;
         // SAFETY: `mailbox` holds `ports` zeroed (idle) ports and is dropped
         // after the registration (field order).
         let registration = unsafe {
@@ -277,80 +414,83 @@ impl Heap {
             )
         }
         .map_err(HostError::Server)?;
-        let heap = Heap {
+        Ok(Heap {
             registration,
+            links: Mutex::new(Vec::new()),
+            _registered: registered,
+            state,
             mailbox,
             region,
             counters,
-            global,
             mode: config.mode,
             launcher,
-        };
-        let (base, len) = heap.region();
-        let device_heap = heap.read_device_heap()?;
-        device_heap.configure(ConfigValues {
-            slot_count: config.slots,
-            cache_limit: config.slab_cache,
-            provider: match config.mode {
-                Mode::Rpc => ProviderKind::Rpc,
-                Mode::Pool { .. } => ProviderKind::Pool,
-            } as u32,
-            port_count: ports,
-            region_base: base,
-            region_len: len,
-            mailbox: heap.mailbox.device(),
-        });
-        if let Mode::Pool { slabs } = config.mode {
-            let mut region = lock(&heap.region);
-            for _ in 0..slabs {
-                let Ok(slab) = region.allocate(GRANULE, GRANULE) else {
-                    break;
-                };
-                device_heap.pool_push(slab);
-            }
-        }
-        heap.write_device_heap(&device_heap)?;
-        Ok(heap)
+            device,
+        })
     }
 
-    /// A host copy of the device heap.
-    fn read_device_heap(&self) -> Result<Box<DeviceHeap>, HostError> {
-        // SAFETY: every field of `DeviceHeap` is an atomic integer, for
-        // which all-zero bytes are valid (`DeviceHeap::new()`).
-        let mut copy = unsafe { Box::<DeviceHeap>::new_zeroed().assume_init() };
-        // SAFETY: the copy is ours and exactly `LAYOUT.size` bytes of plain
-        // integers; any bytes are a valid value.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut((&raw mut *copy).cast::<u8>(), size_of::<DeviceHeap>())
-        };
-        // SAFETY: the module's heap global, whose size `check_layout` found
-        // equal to `DeviceHeap`'s; no kernel runs (launches are synchronous).
-        unsafe { self.device().read(self.global.addr, bytes) }?;
+    /// Links `module` (the user's `Arc<cudarc::driver::CudaModule>`, an
+    /// emulated `CudaModule`, or a `Module`) to this heap: checks its
+    /// `WARPALLOC_HEAP_LAYOUT` against this program's `DeviceHeap`, then
+    /// writes the heap's address into its `WARPALLOC_HEAP`. From then on its
+    /// kernels allocate from this heap, on any stream, until the heap drops
+    /// (which unlinks it). Several modules may share one heap, and a block
+    /// one module's kernel allocated may be freed by another's. Linking a
+    /// module twice does nothing; a module linked to another heap is
+    /// refused. Synchronises the context first (see the module docs).
+    pub fn link(&self, module: &impl AsModule) -> Result<(), HostError> {
+        let module = module.as_module(&*self.device)?;
+        self.quiesce()?;
+        let global = check_layout(&*self.device, &*module)?;
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        match read_link(&*self.device, global)? {
+            0 => {}
+            linked if linked == self.state.addr() => return Ok(()),
+            other => return Err(HostError::LinkedElsewhere(other)),
+        }
+        write_link(&*self.device, global, self.state.addr())?;
+        links.push(module);
+        Ok(())
+    }
+
+    /// Waits for every kernel of the context, then for the server to take
+    /// the requests they left (a `Free` does not wait for its answer).
+    fn quiesce(&self) -> Result<(), HostError> {
+        self.device.synchronize()?;
+        self.registration
+            .wait_idle(QUIESCE_TIMEOUT)
+            .map_err(HostError::ServerTimeout)
+    }
+
+    /// A host copy of the device heap (the caller synchronised).
+    fn read_device_heap(&self) -> Result<HeapCopy, HostError> {
+        let mut copy = HeapCopy::zeroed();
+        // SAFETY: the heap's own `DeviceHeap` in device memory, of the copy's
+        // size; no kernel runs (the caller synchronised).
+        unsafe { self.device.read(self.state.addr(), copy.bytes_mut()) }?;
         Ok(copy)
     }
 
-    /// Writes a host copy back to the device heap.
-    fn write_device_heap(&self, copy: &DeviceHeap) -> Result<(), HostError> {
-        // SAFETY: a live `DeviceHeap` viewed as its bytes (plain integers).
-        let bytes = unsafe {
-            std::slice::from_raw_parts((&raw const *copy).cast::<u8>(), size_of::<DeviceHeap>())
-        };
+    /// Writes a host copy back to the device heap (the caller synchronised).
+    fn write_device_heap(&self, copy: &HeapCopy) -> Result<(), HostError> {
         // SAFETY: as in `read_device_heap`.
-        unsafe { self.device().write(self.global.addr, bytes) }
+        unsafe { self.device.write(self.state.addr(), copy.bytes()) }
     }
 
-    fn device(&self) -> &dyn Device {
-        &**self.launcher.device()
+    /// The device the heap is on.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
     }
 
-    /// The launcher (for buffers: `alloc_zeroed`, `upload`, `read`).
-    pub fn launcher(&self) -> &Launcher {
-        &self.launcher
+    /// The launcher of a heap made by [`Heap::new`] (for buffers:
+    /// `alloc_zeroed`, `upload`, `read`); `None` for a heap made by
+    /// [`Heap::attach`].
+    pub fn launcher(&self) -> Option<&Launcher> {
+        self.launcher.as_ref()
     }
 
     /// The launcher, to change its simulator settings (seed, workers).
-    pub fn launcher_mut(&mut self) -> &mut Launcher {
-        &mut self.launcher
+    pub fn launcher_mut(&mut self) -> Option<&mut Launcher> {
+        self.launcher.as_mut()
     }
 
     /// The heap's mode.
@@ -358,9 +498,10 @@ impl Heap {
         self.mode
     }
 
-    /// Launches `args`' kernel on `grid` × `block` and waits for it, and for
-    /// the server to take the requests it left (a `Free` does not wait for
-    /// its answer).
+    /// Launches `args`' kernel through the heap's launcher on `grid` ×
+    /// `block` and waits for it, and for the server to take the requests it
+    /// left. A heap made by [`Heap::attach`] has no launcher: launch with
+    /// your own code instead (this returns `HostError::NoLauncher`).
     ///
     /// # Safety
     /// As for `Kernel::run`: the parameters must be valid for the kernel.
@@ -370,9 +511,10 @@ impl Heap {
         block: (u32, u32, u32),
         args: K,
     ) -> Result<LaunchReport, HostError> {
+        let launcher = self.launcher.as_ref().ok_or(HostError::NoLauncher)?;
         server::wake();
         // SAFETY: forwarded from the caller.
-        let report = unsafe { self.launcher.launch(grid, block, args) }?;
+        let report = unsafe { launcher.launch(grid, block, args) }?;
         self.registration
             .wait_idle(QUIESCE_TIMEOUT)
             .map_err(HostError::ServerTimeout)?;
@@ -384,15 +526,20 @@ impl Heap {
         lock(&self.region).fail_every(n);
     }
 
-    /// The heap's figures (between launches).
+    /// The heap's figures, once every kernel of the context has ended
+    /// (synchronises first; see the module docs).
     pub fn stats(&self) -> Result<HeapStats, HostError> {
-        let region = lock(&self.region).stats();
+        self.quiesce()?;
         let copy = self.read_device_heap()?;
+        let region = lock(&self.region);
         let live = copy
-            .census(&DeviceMemory(self.device()))
+            .census(&DeviceMemory {
+                device: &*self.device,
+                region: &region,
+            })
             .map_err(|e| HostError::HeapCorrupt(e.to_string()))?;
         Ok(HeapStats {
-            region,
+            region: region.stats(),
             device: copy.errors(),
             traffic: copy.traffic(),
             live,
@@ -404,18 +551,24 @@ impl Heap {
         })
     }
 
-    /// Checks the device heap's invariants (between launches): `Ok`, or the
-    /// first violation.
+    /// Checks the device heap's invariants (synchronises first): `Ok`, or
+    /// the first violation.
     pub fn check(&self) -> Result<Result<(), &'static str>, HostError> {
+        self.quiesce()?;
         let copy = self.read_device_heap()?;
-        Ok(copy.check(&DeviceMemory(self.device())))
+        let region = lock(&self.region);
+        Ok(copy.check(&DeviceMemory {
+            device: &*self.device,
+            region: &region,
+        }))
     }
 
     /// Gives the device's cached slabs back to the region and unmaps every
-    /// mapped granule that is free (between launches). Returns the bytes
+    /// mapped granule that is free (synchronises first). Returns the bytes
     /// unmapped. In pool mode the pool's slabs stay, cached or not: they are
     /// the pool.
     pub fn trim(&mut self) -> Result<u64, HostError> {
+        self.quiesce()?;
         let mut taken = Vec::new();
         if matches!(self.mode, Mode::Rpc) {
             let copy = self.read_device_heap()?;
@@ -437,6 +590,12 @@ impl Heap {
         (r.base(), r.len())
     }
 
+    /// The device address of the heap's `DeviceHeap` (what a linked module's
+    /// `WARPALLOC_HEAP` holds).
+    pub fn device_heap(&self) -> u64 {
+        self.state.addr()
+    }
+
     /// The mailbox's ports, as the host sees them (for tests and benchmarks
     /// that talk to the server directly).
     pub fn ports(&self) -> *const Port {
@@ -446,5 +605,22 @@ impl Heap {
     /// The mailbox's ports, as the device addresses them.
     pub fn device_ports(&self) -> u64 {
         self.mailbox.device()
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        // Kernels may still use the heap: wait for them (an error here, such
+        // as a kernel that faulted, leaves nothing better to do than go on:
+        // the context is broken either way). Then no linked module may reach
+        // the heap's memory any more.
+        let _ = self.quiesce();
+        let links = std::mem::take(self.links.get_mut().unwrap_or_else(PoisonError::into_inner));
+        for module in links {
+            if let Ok(global) = module.global(HEAP_SYMBOL) {
+                // A failure means the context is gone, and the module with it.
+                let _ = write_link(&*self.device, global, 0);
+            }
+        }
     }
 }

@@ -28,7 +28,7 @@ pub enum Prefer {
 /// Launches kernels of one PTX module on one device.
 pub struct Launcher {
     // Field order is drop order: the module before its device.
-    module: Box<dyn Module>,
+    module: Arc<dyn Module>,
     device: Arc<dyn Device>,
     /// Why not a GPU, when `Auto` fell back to the emulated device.
     why_not_gpu: Option<String>,
@@ -79,8 +79,8 @@ impl Launcher {
     }
 
     /// The module.
-    pub fn module(&self) -> &dyn Module {
-        &*self.module
+    pub fn module(&self) -> &Arc<dyn Module> {
+        &self.module
     }
 
     /// What the device is.

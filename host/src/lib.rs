@@ -19,6 +19,7 @@
 
 pub mod backing;
 pub mod device;
+pub mod emulated;
 mod error;
 pub mod heap;
 mod launch;

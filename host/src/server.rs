@@ -103,6 +103,9 @@ pub unsafe fn register(
     });
     let mut st = state();
     st.served.push(Arc::clone(&served));
+    // ORDERING: release, pairs with the acquire load in `serve` (process
+    // scope): a thread that sees the new generation re-reads the list, which
+    // the mutex orders anyway; the bump is only the signal.
     GENERATION.fetch_add(1, Ordering::Release);
     if st.thread.is_none() {
         let stop = Arc::new(AtomicBool::new(false));
@@ -123,6 +126,8 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let mut st = state();
         st.served.retain(|s| !Arc::ptr_eq(s, &self.served));
+        // ORDERING: release, pairs with the acquire load in `serve`, as in
+        // `register`.
         GENERATION.fetch_add(1, Ordering::Release);
         let joined = if st.served.is_empty() {
             st.thread.take()
@@ -134,6 +139,8 @@ impl Drop for Registration {
         };
         drop(st);
         if let Some((handle, thread, stop)) = joined {
+            // ORDERING: release, pairs with the acquire load in `serve`'s
+            // loop condition (process scope).
             stop.store(true, Ordering::Release);
             thread.unpark();
             // The thread catches nothing and panics on nothing; a join error
@@ -168,7 +175,11 @@ fn serve(stop: &AtomicBool) {
     let mut idle = 0u32;
     let mut seen = u64::MAX;
     let mut served: Vec<Arc<Served>> = Vec::new();
+    // ORDERING: acquire, pairs with the release store in `Registration`'s
+    // drop.
     while !stop.load(Ordering::Acquire) {
+        // ORDERING: acquire, pairs with the release bumps in `register` and
+        // `Registration`'s drop.
         let generation = GENERATION.load(Ordering::Acquire);
         if generation != seen {
             served = state().served.clone();

@@ -196,8 +196,12 @@ fn fill_case(
     )?;
     let requested: u64 = {
         let (s, c) = (
-            heap.launcher().read(&sizes)?,
-            heap.launcher().read(&counts)?,
+            heap.launcher()
+                .expect("a heap made with a launcher")
+                .read(&sizes)?,
+            heap.launcher()
+                .expect("a heap made with a launcher")
+                .read(&counts)?,
         );
         c.iter()
             .enumerate()
@@ -261,7 +265,12 @@ pub fn bench(prefer: Prefer, schedule: Schedule, a: &BenchArgs) -> Result<BenchR
     let mut rows = Vec::new();
     let probe = open_heap(prefer, HeapConfig::default(), schedule)?;
     let target = target_name(&probe);
-    let resident = probe.launcher().info().resident_warps() as u32 * 32;
+    let resident = probe
+        .launcher()
+        .expect("a heap made with a launcher")
+        .info()
+        .resident_warps() as u32
+        * 32;
     drop(probe);
     // Default: a quarter of the device's resident threads, all of them, and
     // four times as many.

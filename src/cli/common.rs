@@ -33,7 +33,9 @@ pub fn open_heap(
 
 /// Where the heap's kernels run, in words.
 pub fn target_name(heap: &Heap) -> String {
-    heap.launcher().to_string()
+    heap.launcher()
+        .expect("a heap made with a launcher")
+        .to_string()
 }
 
 /// A zeroed buffer of `n` elements where the heap's kernels can reach it.
@@ -41,7 +43,9 @@ pub fn buffer<T>(heap: &Heap, n: usize) -> Result<Buffer<T>, HostError>
 where
     T: bytemuck::Pod,
 {
-    heap.launcher().alloc_zeroed(n.max(1))
+    heap.launcher()
+        .expect("a heap made with a launcher")
+        .alloc_zeroed(n.max(1))
 }
 
 /// Launches `args` and returns the kernel's wall time.
@@ -59,7 +63,10 @@ pub fn launch<K: Kernel>(
 
 /// Reads a stats buffer.
 pub fn read_stats(heap: &Heap, stats: &Buffer<u64>) -> Result<Stats, HostError> {
-    let words = heap.launcher().read(stats)?;
+    let words = heap
+        .launcher()
+        .expect("a heap made with a launcher")
+        .read(stats)?;
     let mut w = [0u64; STATS_WORDS];
     for (o, v) in w.iter_mut().zip(words) {
         *o = v;

@@ -197,9 +197,15 @@ fn run_fill(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
             },
         )?;
         let (p, s, c) = (
-            heap.launcher().read(&ptrs)?,
-            heap.launcher().read(&sizes)?,
-            heap.launcher().read(&counts)?,
+            heap.launcher()
+                .expect("a heap made with a launcher")
+                .read(&ptrs)?,
+            heap.launcher()
+                .expect("a heap made with a launcher")
+                .read(&sizes)?,
+            heap.launcher()
+                .expect("a heap made with a launcher")
+                .read(&counts)?,
         );
         let (base, len) = heap.region();
         let mut blocks = Vec::new();

@@ -42,7 +42,10 @@ pub fn heap(capacity: u64, slots: u32, cache_limit: u32) -> Heap {
 /// seed on failure.
 #[track_caller]
 pub fn run<K: Kernel>(heap: &mut Heap, cfg: &LaunchConfig, args: K) {
-    *heap.launcher_mut().simulator_config() = cfg.clone();
+    *heap
+        .launcher_mut()
+        .expect("a heap made with a launcher")
+        .simulator_config() = cfg.clone();
     // SAFETY: every pointer in `args` comes from buffers of this heap's
     // launcher, sized for the grid and alive until this returns.
     if let Err(e) = unsafe { heap.launch(cfg.grid_dim, cfg.block_dim, args) } {
@@ -52,12 +55,18 @@ pub fn run<K: Kernel>(heap: &mut Heap, cfg: &LaunchConfig, args: K) {
 
 /// A zeroed device buffer of `n` elements.
 pub fn buffer<T: bytemuck::Pod>(heap: &Heap, n: usize) -> Buffer<T> {
-    heap.launcher().alloc_zeroed(n).expect("device buffer")
+    heap.launcher()
+        .expect("a heap made with a launcher")
+        .alloc_zeroed(n)
+        .expect("device buffer")
 }
 
 /// A device buffer's contents.
 pub fn read<T: bytemuck::Pod>(heap: &Heap, b: &Buffer<T>) -> Vec<T> {
-    heap.launcher().read(b).expect("read a device buffer")
+    heap.launcher()
+        .expect("a heap made with a launcher")
+        .read(b)
+        .expect("read a device buffer")
 }
 
 /// A stats buffer's counters.

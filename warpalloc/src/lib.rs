@@ -19,8 +19,21 @@
 
 pub use warpalloc_host::{
     Buffer, Heap, HeapConfig, HeapStats, HostError, Launcher, Mode, Prefer, RpcCounts, backing,
-    device, server,
+    device, emulated, server,
 };
+
+/// What a heap attaches to and links (implemented for cudarc's
+/// `Arc<CudaContext>` and `Arc<CudaModule>`, and for the emulated ones).
+pub use warpalloc_host::device::{AsDevice, AsModule};
+
+/// The cudarc that warpalloc's GPU side is built on (0.19): a program's own
+/// `CudaContext` and `CudaModule` must come from this version to attach.
+pub use warpalloc_host::cudarc;
+
+/// The global allocator for a host program whose simulated kernels use
+/// `Vec`/`Box` (and for kernel crates on the GPU): a heap's pointers go back
+/// to that heap, everything else to the system allocator.
+pub use warpalloc_device::WarpAlloc;
 
 /// What the device heap reports: its error record, traffic and census.
 pub use warpalloc_device::heap::Census;

@@ -3,7 +3,8 @@
 //! - `cargo xtask setup`: the nightly's components (rust-src, llvm-tools, miri,
 //!   clippy, rustfmt), Miri's sysroot, and ptxas (PyPI `nvidia-cuda-nvcc`, pinned)
 //!   in a cache outside the repository. Idempotent.
-//! - `cargo xtask test`: set-up, then fmt, clippy, the workspace's tests, the loom
+//! - `cargo xtask test`: set-up, then fmt, clippy, the workspace's tests, the first
+//!   project (examples/first-project, run in the simulator), the loom
 //!   models and the Miri tests; a table of step timings at the end.
 //! - `cargo xtask ci`: what CI runs — the same as `test`, after printing the
 //!   toolchain's versions.
@@ -155,6 +156,7 @@ fn test(steps: &mut Steps) -> Result<()> {
         .status_ok()
     })?;
     steps.run("test", || cargo(&["test", "--workspace"]).status_ok())?;
+    steps.run("first-project", first_project)?;
     steps.run("loom", || {
         for args in LOOM_RUNS {
             let mut cmd = cargo(&["test", "--release", "--target-dir", "target/loom"]);
@@ -179,6 +181,28 @@ fn test(steps: &mut Steps) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// The first project (examples/first-project, a workspace of its own, as a
+/// user's is): its formatting, clippy with and without the `gpu` feature (the
+/// GPU build compiles against cudarc), then a run in the simulator, which
+/// checks the kernels' results and the heap's stats and exits non-zero when
+/// one is wrong. It shares the repository's target directory, so the
+/// dependencies it has in common are built once.
+fn first_project() -> Result<()> {
+    const MANIFEST: &str = "examples/first-project/Cargo.toml";
+    let in_example = |args: &[&str]| {
+        let mut cmd = cargo(args);
+        cmd.env("CARGO_TARGET_DIR", root().join("target"));
+        cmd
+    };
+    in_example(&["fmt", "--manifest-path", MANIFEST, "--all", "--check"]).status_ok()?;
+    for features in [&[][..], &["--features", "gpu"][..]] {
+        let mut cmd = in_example(&["clippy", "--manifest-path", MANIFEST, "--all-targets"]);
+        cmd.args(features).args(["--", "-D", "warnings"]);
+        cmd.status_ok()?;
+    }
+    in_example(&["run", "--manifest-path", MANIFEST, "-p", "first-project"]).status_ok()
 }
 
 /// The full nvcc of the pinned CUDA (compiler, NVVM, headers, runtime), for

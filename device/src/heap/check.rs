@@ -8,7 +8,7 @@
 use super::DeviceHeap;
 use crate::granule::Granule;
 use crate::guard::INVALID;
-use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SHIFT, WORD_BITS, class_index, geometry};
+use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SHIFT, WORD_BITS};
 use crate::slab::{Header, MAGIC};
 
 /// Where slab memory is read from.
@@ -64,11 +64,10 @@ fn read_header(mem: &dyn SlabMemory, slab: u64) -> Option<Header> {
 
 /// The geometry a header names, if it is one of ours.
 fn header_geometry(h: &Header) -> Option<Geometry> {
-    if h.magic != MAGIC || h.block < 16 || u64::from(h.block) > crate::size_class::LARGE_THRESHOLD {
+    if h.magic != MAGIC {
         return None;
     }
-    let geo = geometry(class_index(h.block));
-    (geo.block == h.block).then_some(geo)
+    h.geometry()
 }
 
 /// Calls `f(word_index, word)` on the first `words` bitfield words of `slab`.
@@ -107,13 +106,14 @@ impl DeviceHeap {
     /// reading slabs through `mem`; returns the first violation.
     pub fn check(&self, mem: &dyn SlabMemory) -> Result<(), &'static str> {
         for (index, slab) in self.published() {
+            // Slab memory is read only at addresses inside the region.
+            let Some(granule) = self.granule_of(slab) else {
+                return Err("a published slab lies outside the region");
+            };
             let header = read_header(mem, slab).ok_or("a slab's header cannot be read")?;
             if header.slot != index {
                 return Err("a slab's header names another slot");
             }
-            let Some(granule) = self.granule_of(slab) else {
-                return Err("a published slab lies outside the region");
-            };
             if self.granules.get(granule) != (Granule::Slab { slot: index }) {
                 return Err("a published slab's granule entry is not Slab(its slot)");
             }
@@ -150,6 +150,10 @@ impl DeviceHeap {
         }
         let mut dirty = Ok(false);
         self.cache.for_each(|slab| {
+            if self.granule_of(slab).is_none() {
+                dirty = Err("a cached slab lies outside the region");
+                return;
+            }
             let Some(header) = read_header(mem, slab) else {
                 dirty = Err("a cached slab's header cannot be read");
                 return;
@@ -177,6 +181,9 @@ impl DeviceHeap {
         };
         for (_, slab) in self.published() {
             c.live_slabs += 1;
+            if self.granule_of(slab).is_none() {
+                return Err("a published slab lies outside the region");
+            }
             let header = read_header(mem, slab).ok_or("a slab's header cannot be read")?;
             let geo = header_geometry(&header).ok_or("a published slab has no valid class")?;
             let mut set = 0u64;

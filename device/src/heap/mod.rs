@@ -15,9 +15,11 @@
 //!   └── cache       released slabs kept for reuse (bounded, lock-free)
 //! ```
 //!
-//! On the GPU the heap is the module global `WARPALLOC_HEAP`; in the
-//! simulator it is the emulated module's copy of that global, which each
-//! launch binds to its lanes (`LaunchConfig::binding`). The host configures,
+//! The heap lives in device memory that the host's `Heap` allocated; each
+//! module that allocates from it holds its address in the module global
+//! `WARPALLOC_HEAP` (a link, `abi::HeapLink`). On the GPU kernels read the
+//! link; in the simulator each launch binds the linked heap to its lanes
+//! (`LaunchConfig::binding`). The host configures,
 //! fills, inspects and drains it with this type's own methods, on a copy it
 //! reads and writes back through its device interface.
 //!
@@ -78,8 +80,8 @@ const _: () = assert!(MAX_SLOTS.is_power_of_two() && MAX_SLOTS <= 1 << 30);
 const _: () = assert!(REGION_GRANULES.is_power_of_two());
 
 /// All allocator state of one heap. `repr(C)`, every field atomic, all-zero
-/// is [`DeviceHeap::new`]: a zero-initialised module global is an unbound
-/// heap, and a host can copy the bytes.
+/// is [`DeviceHeap::new`]: zeroed device memory is an unbound heap, and a
+/// host can copy the bytes.
 #[repr(C)]
 pub struct DeviceHeap {
     config: DeviceConfig,

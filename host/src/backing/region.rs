@@ -171,6 +171,22 @@ impl<B: Backing> Region<B> {
         self.states.is_empty()
     }
 
+    /// Whether `addr..addr + bytes` lies in mapped granules of the region
+    /// (what the host may read through the device interface).
+    pub fn is_mapped(&self, addr: u64, bytes: u64) -> bool {
+        let Some(offset) = addr.checked_sub(self.base) else {
+            return false;
+        };
+        let Some(end) = offset.checked_add(bytes.max(1)) else {
+            return false;
+        };
+        if end > self.len() {
+            return false;
+        }
+        let (first, last) = (offset / GRANULE, (end - 1) / GRANULE);
+        (first..=last).all(|g| self.states[g as usize] != State::Unmapped)
+    }
+
     /// The backing.
     pub fn backing(&self) -> &B {
         &self.backing

@@ -8,17 +8,19 @@
 //! drop and record a failure in the context (`CudaContext::record_err`)
 //! instead of panicking or inventing an error.
 
+use std::any::Any;
 use std::ffi::{CString, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
-use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr as _, DriverError, result};
 use warpalloc_sim::LaunchConfig;
 
 use super::{
-    Allocation, Device, DeviceInfo, DevicePtr, Global, HostMapping, Launch, LaunchReport, Module,
+    Allocation, AsDevice, AsModule, Device, DeviceInfo, DevicePtr, Global, HostMapping, Launch,
+    LaunchReport, Module,
 };
 use crate::HostError;
 use crate::backing::{Backing, CudaVmm};
@@ -80,6 +82,14 @@ impl Cuda {
         let ctx = guarded("cuCtxCreate (primary context)", || {
             CudaContext::new(ordinal)
         })?;
+        Cuda::from_context(ctx)
+    }
+
+    /// The GPU of a context the program already has (the user's own
+    /// `CudaContext`): heaps on it serve kernels launched on any of its
+    /// streams.
+    pub fn from_context(ctx: Arc<CudaContext>) -> Result<Cuda, HostError> {
+        let ordinal = ctx.ordinal();
         // Streams are created before anything is launched: creating one may
         // synchronise the context.
         let stream = guarded("cuStreamCreate", || ctx.new_stream())?;
@@ -129,7 +139,7 @@ impl Device for Cuda {
         &self.info
     }
 
-    fn load_module(&self, ptx: &str) -> Result<Box<dyn Module>, HostError> {
+    fn load_module(&self, ptx: &str) -> Result<Arc<dyn Module>, HostError> {
         let text = CString::new(ptx)
             .map_err(|_| HostError::InvalidPtx("the text contains a NUL byte".into()))?;
         self.bind()?;
@@ -137,7 +147,7 @@ impl Device for Cuda {
         let raw = guarded("cuModuleLoadData", || unsafe {
             result::module::load_data(text.as_ptr().cast())
         })?;
-        Ok(Box::new(CudaModule {
+        Ok(Arc::new(CudaModule {
             raw,
             ctx: Arc::clone(&self.ctx),
             stream: Arc::clone(&self.stream),
@@ -211,7 +221,103 @@ impl Device for Cuda {
 
     fn synchronize(&self) -> Result<(), HostError> {
         self.bind()?;
-        guarded("cuStreamSynchronize", || self.stream.synchronize())
+        guarded("cuCtxSynchronize", || self.ctx.synchronize())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A heap attaches to the program's own context.
+impl AsDevice for Arc<CudaContext> {
+    fn as_device(&self) -> Result<Arc<dyn Device>, HostError> {
+        Ok(Arc::new(Cuda::from_context(Arc::clone(self))?))
+    }
+}
+
+/// A module the program loaded itself (`ctx.load_module(ptx)`), linked to a
+/// heap on the same context. The program launches its kernels with cudarc.
+struct LinkedModule {
+    module: Arc<cudarc::driver::CudaModule>,
+    stream: Arc<CudaStream>,
+}
+
+impl AsModule for Arc<cudarc::driver::CudaModule> {
+    fn as_module(&self, device: &dyn Device) -> Result<Arc<dyn Module>, HostError> {
+        let cuda = device
+            .as_any()
+            .downcast_ref::<Cuda>()
+            .ok_or(HostError::WrongDevice(
+                "a cudarc module links only to a heap attached to a CUDA context",
+            ))?;
+        Ok(Arc::new(LinkedModule {
+            module: Arc::clone(self),
+            stream: Arc::clone(&cuda.stream),
+        }))
+    }
+}
+
+impl Module for LinkedModule {
+    fn global(&self, name: &str) -> Result<Global, HostError> {
+        self.stream
+            .context()
+            .record_err(self.stream.context().bind_to_thread());
+        match guarded("cuModuleGetGlobal", || {
+            self.module.get_global(name, &self.stream).map(|view| {
+                let (addr, _synced) = view.device_ptr(&self.stream);
+                Global {
+                    addr,
+                    size: view.len(),
+                }
+            })
+        }) {
+            Err(HostError::Driver { source, .. })
+                if source.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND =>
+            {
+                Err(HostError::MissingSymbol {
+                    what: "global",
+                    name: name.to_string(),
+                })
+            }
+            other => other,
+        }
+    }
+
+    fn has_kernel(&self, name: &str) -> bool {
+        guarded("cuModuleGetFunction", || self.module.load_function(name)).is_ok()
+    }
+
+    unsafe fn launch(
+        &self,
+        kernel: &mut dyn Launch,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        _sim: &LaunchConfig,
+    ) -> Result<LaunchReport, HostError> {
+        let function = guarded("cuModuleGetFunction", || {
+            self.module.load_function(kernel.name())
+        })?;
+        let mut params = kernel.params();
+        let start = Instant::now();
+        // SAFETY: as in `CudaModule::launch`: a live function of this
+        // context, one pointer per parameter, the caller's contract for what
+        // they point to.
+        guarded("cuLaunchKernel", || unsafe {
+            result::launch_kernel(
+                function.cu_function(),
+                grid,
+                block,
+                0,
+                self.stream.cu_stream(),
+                &mut params,
+            )
+        })?;
+        guarded("cuStreamSynchronize", || self.stream.synchronize())?;
+        Ok(LaunchReport {
+            elapsed: start.elapsed(),
+            simulator: None,
+        })
     }
 }
 

@@ -9,22 +9,24 @@
 //!        │            PTX declares it (a host/device layout disagreement
 //!        │            shows here, as it would on the GPU)
 //!        └─ launch(kernel) ── the kernel compiled into this program, run by
-//!                             the simulator, its lanes bound to the module's
-//!                             WARPALLOC_HEAP (api::heap reads the binding)
+//!                             the simulator, its lanes bound to the heap the
+//!                             module's WARPALLOC_HEAP links (api::heap reads
+//!                             the binding)
 //!   device memory:  host blocks (alloc_zeroed, mapped_host: device address =
 //!                   host address) and HostEmulated (a heap's region)
 //! ```
 //!
-//! The module's `WARPALLOC_HEAP` is registered (`warpalloc_device::registry`)
-//! so that `WarpAlloc` in this program frees a heap's pointers into that heap
-//! wherever they are freed. A module whose `WARPALLOC_HEAP` is smaller or
-//! less aligned than this program's `DeviceHeap` is not bound to its
-//! launches (their allocations return null) and a `Heap` refuses it.
+//! A heap on the emulated device is registered (`warpalloc_device::registry`)
+//! so that `WarpAlloc` in this program frees the heap's pointers into it
+//! wherever they are freed. Launches may run on several threads at once
+//! (streams, `crate::emulated`): [`Emulated::synchronize`] waits for all of
+//! them.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::any::Any;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use warpalloc_device::abi::HEAP_SYMBOL;
-use warpalloc_device::heap::LAYOUT;
 use warpalloc_device::registry;
 use warpalloc_sim::LaunchConfig;
 
@@ -41,6 +43,10 @@ pub const DEFAULT_MEMORY: u64 = 16 << 30;
 /// The CPU warp simulator as a device.
 pub struct Emulated {
     info: DeviceInfo,
+    /// Launches running now (on streams' threads or the caller's).
+    running: Mutex<usize>,
+    /// Signalled when `running` drops to 0.
+    ended: Condvar,
 }
 
 impl Emulated {
@@ -62,7 +68,45 @@ impl Emulated {
                 vmm_supported: true,
                 emulated: true,
             },
+            running: Mutex::new(0),
+            ended: Condvar::new(),
         }
+    }
+}
+
+/// Work in progress on the emulated device.
+struct Running<'a>(&'a Emulated);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut n = self
+            .0
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *n -= 1;
+        if *n == 0 {
+            self.0.ended.notify_all();
+        }
+    }
+}
+
+impl Emulated {
+    /// Loads a module (as `load_module`), as its concrete type.
+    pub(crate) fn load(&self, text: &str) -> Result<Arc<EmulatedModule>, HostError> {
+        let parsed = ptx::parse(text).map_err(HostError::InvalidPtx)?;
+        EmulatedModule::new(parsed).map(Arc::new)
+    }
+
+    /// Counts work queued on a stream until it ends (`synchronize` waits
+    /// for it); released with [`Emulated::end_queued`].
+    pub(crate) fn begin_queued(&self) {
+        *self.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    }
+
+    /// Ends what [`Emulated::begin_queued`] counted.
+    pub(crate) fn end_queued(&self) {
+        drop(Running(self));
     }
 }
 
@@ -137,9 +181,8 @@ impl Device for Emulated {
         &self.info
     }
 
-    fn load_module(&self, text: &str) -> Result<Box<dyn Module>, HostError> {
-        let parsed = ptx::parse(text).map_err(HostError::InvalidPtx)?;
-        EmulatedModule::new(parsed).map(|m| Box::new(m) as Box<dyn Module>)
+    fn load_module(&self, text: &str) -> Result<Arc<dyn Module>, HostError> {
+        self.load(text).map(|m| m as Arc<dyn Module>)
     }
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<Box<dyn Allocation>, HostError> {
@@ -147,6 +190,9 @@ impl Device for Emulated {
     }
 
     unsafe fn write(&self, dst: DevicePtr, bytes: &[u8]) -> Result<(), HostError> {
+        // The memory may hold a registered heap: no `WarpAlloc` lookup reads
+        // its words while they are copied over.
+        let _exclusive = registry::exclusive();
         // SAFETY: the caller's contract: `dst` is writable memory of this
         // device, which is host memory, of `bytes.len()` bytes.
         unsafe {
@@ -181,20 +227,36 @@ impl Device for Emulated {
     }
 
     fn synchronize(&self) -> Result<(), HostError> {
-        // Launches return when their kernels have ended.
+        let mut n = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        while *n > 0 {
+            n = self.ended.wait(n).unwrap_or_else(PoisonError::into_inner);
+        }
         Ok(())
+    }
+
+    unsafe fn register_heap(
+        &self,
+        heap: DevicePtr,
+    ) -> Result<Option<registry::Registration>, HostError> {
+        // SAFETY: forwarded from the caller: a `DeviceHeap` in this
+        // process's memory that outlives the registration.
+        unsafe { registry::register(std::ptr::with_exposed_provenance(heap as usize)) }
+            .map(Some)
+            .map_err(|_| HostError::TooManyHeaps(registry::CAPACITY))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
 /// An emulated module: its visible globals as host blocks.
 pub struct EmulatedModule {
-    /// Dropped before `globals` (field order): unregisters the heap first.
-    _registration: Option<registry::Registration>,
     globals: Vec<(String, HostBlock)>,
     entries: Vec<String>,
-    /// The address of `WARPALLOC_HEAP` when it can hold this program's
-    /// `DeviceHeap`: the launches' binding.
-    heap: Option<DevicePtr>,
+    /// `WARPALLOC_HEAP`, when it is a heap link (8 bytes): the launches'
+    /// binding is the address it holds.
+    link: Option<DevicePtr>,
 }
 
 impl EmulatedModule {
@@ -214,28 +276,24 @@ impl EmulatedModule {
             unsafe { std::ptr::copy_nonoverlapping(g.init.as_ptr(), block.ptr, g.init.len()) };
             globals.push((g.name.clone(), block));
         }
-        let heap = globals
+        let link = globals
             .iter()
             .find(|(name, _)| name == HEAP_SYMBOL)
-            .filter(|(_, b)| {
-                b.layout.size() as u64 >= LAYOUT.size && b.layout.align() as u64 >= LAYOUT.align
-            })
+            .filter(|(_, b)| b.layout.size() == 8 && b.layout.align() >= 8)
             .map(|(_, b)| b.addr());
-        let registration = match heap {
-            // SAFETY: the block holds a zeroed (hence valid, unbound)
-            // `DeviceHeap` of this program's layout, and lives until the
-            // module drops, which drops the registration first.
-            Some(addr) => Some(
-                unsafe { registry::register(std::ptr::with_exposed_provenance(addr as usize)) }
-                    .map_err(|_| HostError::TooManyHeaps(registry::CAPACITY))?,
-            ),
-            None => None,
-        };
         Ok(EmulatedModule {
-            _registration: registration,
             globals,
             entries: parsed.entries,
-            heap,
+            link,
+        })
+    }
+
+    /// The heap the module is linked to now (0: none): a launch's binding.
+    pub(crate) fn binding(&self) -> usize {
+        self.link.map_or(0, |addr| {
+            // SAFETY: the link is an 8-byte, 8-aligned block of ours; the
+            // host writes it only while no kernel of the module runs.
+            unsafe { std::ptr::with_exposed_provenance::<u64>(addr as usize).read() as usize }
         })
     }
 }
@@ -275,9 +333,10 @@ impl Module for EmulatedModule {
         let mut cfg = sim.clone();
         cfg.grid_dim = grid;
         cfg.block_dim = block;
-        cfg.binding = self.heap.map_or(0, |a| a as usize);
-        // SAFETY: forwarded from the caller; the binding is the module's
-        // heap, which outlives the launch (we borrow the module).
+        cfg.binding = self.binding();
+        // SAFETY: forwarded from the caller; the binding is the heap linked
+        // to the module, which outlives the launch (a heap unlinks its
+        // modules, after synchronising, before it frees its memory).
         let stats = unsafe { kernel.simulate(&cfg) }?;
         Ok(LaunchReport {
             elapsed: stats.elapsed,

@@ -25,11 +25,14 @@ pub mod cuda;
 pub mod emulated;
 pub mod ptx;
 
+use std::any::Any;
 use std::ffi::c_void;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use warpalloc_device::kernel::Kernel;
+use warpalloc_device::registry;
 use warpalloc_sim::{LaunchConfig, LaunchStats, SimError};
 
 use crate::HostError;
@@ -177,7 +180,7 @@ pub trait Device: Send + Sync {
     /// Loads a PTX module (the driver JIT-compiles it; the emulated device
     /// allocates its globals and runs the kernels compiled into this
     /// program under their entry points' names).
-    fn load_module(&self, ptx: &str) -> Result<Box<dyn Module>, HostError>;
+    fn load_module(&self, ptx: &str) -> Result<Arc<dyn Module>, HostError>;
 
     /// `bytes` of zeroed device memory.
     fn alloc_zeroed(&self, bytes: usize) -> Result<Box<dyn Allocation>, HostError>;
@@ -205,8 +208,57 @@ pub trait Device: Send + Sync {
     /// granules on demand (CUDA's VMM, or its host emulation).
     fn backing(&self) -> Result<Box<dyn Backing>, HostError>;
 
-    /// Waits until every launch on this device has finished.
+    /// Waits until every launch on this device's context has finished, on
+    /// every stream (`cuCtxSynchronize`).
     fn synchronize(&self) -> Result<(), HostError>;
+
+    /// Registers a device heap at `heap` with this process's
+    /// `warpalloc_device::registry`, when device memory is this process's
+    /// memory (the emulated device), so that `WarpAlloc` on the host frees
+    /// the heap's pointers into it; `None` on a GPU.
+    ///
+    /// # Safety
+    /// `heap` holds a `DeviceHeap` of this program's layout that outlives the
+    /// registration.
+    unsafe fn register_heap(
+        &self,
+        heap: DevicePtr,
+    ) -> Result<Option<registry::Registration>, HostError> {
+        let _ = heap;
+        Ok(None)
+    }
+
+    /// The implementation, for the code that attaches a user's own handles
+    /// (a cudarc module links only to a heap on a CUDA device).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// What a [`Heap`](crate::Heap) attaches to: a device context — the user's
+/// `Arc<cudarc::driver::CudaContext>`, the emulated context
+/// (`warpalloc::emulated::CudaContext`), or a [`Device`] itself.
+pub trait AsDevice {
+    /// The context as a device.
+    fn as_device(&self) -> Result<Arc<dyn Device>, HostError>;
+}
+
+impl AsDevice for Arc<dyn Device> {
+    fn as_device(&self) -> Result<Arc<dyn Device>, HostError> {
+        Ok(Arc::clone(self))
+    }
+}
+
+/// What a heap links: a loaded module whose kernels allocate — the user's
+/// `Arc<cudarc::driver::CudaModule>`, an emulated `CudaModule`, or a
+/// [`Module`] itself.
+pub trait AsModule {
+    /// The module, on `device` (the heap's).
+    fn as_module(&self, device: &dyn Device) -> Result<Arc<dyn Module>, HostError>;
+}
+
+impl AsModule for Arc<dyn Module> {
+    fn as_module(&self, _device: &dyn Device) -> Result<Arc<dyn Module>, HostError> {
+        Ok(Arc::clone(self))
+    }
 }
 
 /// A loaded module.

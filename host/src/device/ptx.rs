@@ -11,8 +11,12 @@
 //! ```
 //!
 //! Initialisers are little-endian values of the declared element type, as
-//! many as given (the rest is zero). A symbolic initialiser (`generic(sym)`)
-//! is kept as zero bytes and marked: the emulated device cannot relocate it.
+//! many as given (the rest is zero): integers (decimal or `0x`), and floats
+//! as PTX writes them, their bits in hex (`0f3F800000`, `0d3FF0000000000000`).
+//! An array without a length (`x[] = {...}`) has as many elements as its
+//! initialiser. A symbolic initialiser (`generic(sym)`) is kept as zero
+//! bytes and marked: the emulated device cannot relocate it. Module-scope
+//! `.const` variables are read too (the driver finds them by name as well).
 
 /// A module-scope `.global` variable.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,9 +59,21 @@ fn type_size(ty: &str) -> Option<usize> {
     matches!(bits, 8 | 16 | 32 | 64).then_some(bits / 8)
 }
 
-/// An integer literal: decimal (possibly negative) or `0x` hex.
+/// A literal: an integer, decimal (possibly negative) or `0x` hex, or a
+/// float's bits in hex (`0f` + 8 digits, `0d` + 16 digits).
 fn number(v: &str) -> Option<u64> {
-    if let Some(hex) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+    if let Some(bits) = v
+        .strip_prefix("0f")
+        .or_else(|| v.strip_prefix("0F"))
+        .filter(|b| b.len() == 8)
+        .or_else(|| {
+            v.strip_prefix("0d")
+                .or_else(|| v.strip_prefix("0D"))
+                .filter(|b| b.len() == 16)
+        })
+    {
+        u64::from_str_radix(bits, 16).ok()
+    } else if let Some(hex) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
         u64::from_str_radix(hex, 16).ok()
     } else if let Ok(n) = v.parse::<i64>() {
         Some(n as u64)
@@ -78,7 +94,7 @@ fn parse_global(decl: &str, visible: bool) -> Result<PtxGlobal, String> {
     let mut words = head.split_whitespace().peekable();
     while let Some(w) = words.next() {
         match w {
-            ".global" | ".visible" | ".weak" | ".extern" | ".common" => {}
+            ".global" | ".const" | ".visible" | ".weak" | ".extern" | ".common" => {}
             ".align" => {
                 align = words.next().and_then(|a| a.parse::<usize>().ok());
                 if align.is_none() {
@@ -96,21 +112,30 @@ fn parse_global(decl: &str, visible: bool) -> Result<PtxGlobal, String> {
     }
     let elem = elem.ok_or_else(|| format!("no type in `{decl}`"))?;
     let name_part = name_part.ok_or_else(|| format!("no name in `{decl}`"))?;
+    // `None`: an array whose length is its initialiser's.
     let (name, count) = match name_part.split_once('[') {
-        Some((n, rest)) => {
-            let count = rest
-                .trim_end_matches(']')
-                .parse::<usize>()
-                .map_err(|_| format!("bad array length in `{decl}`"))?;
-            (n, count)
-        }
-        None => (name_part, 1),
+        Some((n, rest)) => match rest.trim_end_matches(']') {
+            "" => (n, None),
+            len => (
+                n,
+                Some(
+                    len.parse::<usize>()
+                        .map_err(|_| format!("bad array length in `{decl}`"))?,
+                ),
+            ),
+        },
+        None => (name_part, Some(1)),
     };
     let mut g = PtxGlobal {
         name: name.to_string(),
         visible,
         align: align.unwrap_or(elem),
-        size: elem * count,
+        size: match count {
+            Some(n) => elem
+                .checked_mul(n)
+                .ok_or_else(|| format!("the size of `{decl}` overflows"))?,
+            None => 0,
+        },
         init: Vec::new(),
         symbolic: false,
     };
@@ -136,6 +161,9 @@ fn parse_global(decl: &str, visible: bool) -> Result<PtxGlobal, String> {
                 b'{' => {}
                 _ => token.push(char::from(b)),
             }
+        }
+        if count.is_none() {
+            g.size = g.init.len();
         }
         if g.init.len() > g.size {
             return Err(format!("more initial values than elements in `{decl}`"));
@@ -173,7 +201,7 @@ pub fn parse(ptx: &str) -> Result<PtxModule, String> {
                 ".extern" => (false, ""),
                 other => (false, other),
             };
-            if rest == ".global" {
+            if rest == ".global" || rest == ".const" {
                 if code.contains(';') {
                     let decl = code.split(';').next().unwrap_or("");
                     module.globals.push(parse_global(decl, visible)?);
@@ -213,6 +241,10 @@ mod tests {
 .visible .global .align 4 .u32 counter = 7;
 .global .align 8 .u64 table[2] = {generic(anon_1), 0};
 .extern .global .align 4 .u32 outside;
+.visible .global .align 4 .f32 one = 0f3F800000;
+.visible .global .align 8 .f64 halves[2] = {0d3FE0000000000000, 0d3FF8000000000000};
+.visible .global .align 1 .b8 message[] = {104, 105, 0};
+.visible .const .align 4 .u32 limit = 9;
 
 	// .globl	churn
 .visible .entry churn(
@@ -253,6 +285,18 @@ mod tests {
         );
         assert!(m.global("table").expect("table").symbolic);
         assert!(m.global("outside").is_none(), "an .extern declares nothing");
+        let one = m.global("one").expect("one");
+        assert_eq!(one.init, 1.0f32.to_le_bytes());
+        let halves = m.global("halves").expect("halves");
+        assert_eq!(halves.init[..8], 0.5f64.to_le_bytes());
+        assert_eq!(halves.init[8..], 1.5f64.to_le_bytes());
+        let message = m.global("message").expect("message");
+        assert_eq!((message.size, message.init.as_slice()), (3, &b"hi\0"[..]));
+        let limit = m.global("limit").expect("a .const variable");
+        assert_eq!(
+            (limit.size, limit.init.as_slice()),
+            (4, &[9u8, 0, 0, 0][..])
+        );
     }
 
     #[test]
@@ -261,5 +305,9 @@ mod tests {
         assert!(parse(".global .q7 x;").is_err());
         assert!(parse(".global .align 4 .b8 x[2] = {1, 2, 3};").is_err());
         assert!(parse(".global .align 4 .b8 x[2] = {1,").is_err());
+        assert!(
+            parse(".global .align 8 .u64 x[4611686018427387904];").is_err(),
+            "a size that overflows is an error, not a wrapped size"
+        );
     }
 }

@@ -1,0 +1,538 @@
+//! The emulated device in cudarc's shape: a context, modules, functions,
+//! streams, device slices and a launch builder with cudarc's names and
+//! calls, whose kernels run in the CPU warp simulator. A program written
+//! against `cudarc::driver` runs here by changing where the names come from:
+//!
+//! ```ignore
+//! #[cfg(feature = "gpu")]
+//! use cudarc::{driver::{CudaContext, LaunchConfig, PushKernelArg}, nvrtc::Ptx};
+//! #[cfg(not(feature = "gpu"))]
+//! use warpalloc::emulated::{CudaContext, LaunchConfig, Ptx, PushKernelArg};
+//! ```
+//!
+//! and creating the context with the kernels compiled into the program
+//! (`CudaContext::new(my_kernels::KERNELS)` instead of `CudaContext::new(0)`).
+//!
+//! ```text
+//!   CudaContext ── an Emulated device + the program's kernels (kernel::Entry)
+//!     ├─ load_module(Ptx) ─► CudaModule: the PTX's globals as host blocks
+//!     │                        └─ load_function(name) ─► CudaFunction
+//!     └─ default_stream() / new_stream() ─► CudaStream: one worker thread,
+//!          work runs in order; launch_builder(&f).arg(..).launch(cfg)
+//!          queues a launch and returns; synchronize() waits and reports
+//!          the first error since the last one
+//!   CudaSlice<T>: device memory (host memory here); alloc_zeros,
+//!                 memcpy_stod / clone_htod, memcpy_dtov / clone_dtoh
+//! ```
+//!
+//! Copies to the host wait for the stream's work first, as a synchronous
+//! cudarc copy does. A slice passed to a launch stays allocated until that
+//! launch ends, even if the program drops it sooner (cudarc orders the free
+//! on the stream). Every launch's lanes are bound to the heap that the
+//! module's `WARPALLOC_HEAP` links when the launch starts, as a GPU kernel
+//! reads that global.
+
+use std::marker::PhantomData;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+
+use warpalloc_device::kernel::Entry;
+use warpalloc_sim::Convergence;
+
+pub use cudarc::driver::LaunchConfig;
+
+use crate::HostError;
+use crate::device::emulated::EmulatedModule;
+use crate::device::{Allocation, AsDevice, AsModule, Device, Emulated, Module, emulated};
+use crate::server;
+
+/// PTX text, as cudarc's `nvrtc::Ptx`.
+#[derive(Clone, Debug)]
+pub struct Ptx(String);
+
+impl Ptx {
+    /// PTX from its text.
+    pub fn from_src(src: impl Into<String>) -> Ptx {
+        Ptx(src.into())
+    }
+}
+
+/// The emulated device as a context (cudarc's `CudaContext`).
+pub struct CudaContext {
+    device: Arc<Emulated>,
+    kernels: &'static [Entry],
+    sim: Mutex<warpalloc_sim::LaunchConfig>,
+    default_stream: OnceLock<Arc<CudaStream>>,
+}
+
+impl std::fmt::Debug for CudaContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaContext")
+            .field("kernels", &self.kernels.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaContext {
+    /// A context whose launches run `kernels` (the program's own, compiled
+    /// for the host: `kernels![...]` in the kernel crate) in the simulator,
+    /// with the emulated device's default memory.
+    pub fn new(kernels: &'static [Entry]) -> Result<Arc<CudaContext>, HostError> {
+        CudaContext::with_memory(kernels, emulated::DEFAULT_MEMORY)
+    }
+
+    /// As [`CudaContext::new`], with `memory` bytes of device memory.
+    pub fn with_memory(
+        kernels: &'static [Entry],
+        memory: u64,
+    ) -> Result<Arc<CudaContext>, HostError> {
+        Ok(Arc::new(CudaContext {
+            device: Arc::new(Emulated::new(memory)),
+            kernels,
+            sim: Mutex::new(
+                warpalloc_sim::LaunchConfig::linear(1, 1)
+                    .workers(std::thread::available_parallelism().map_or(1, |n| n.get()))
+                    .convergence(Convergence::Converged),
+            ),
+            default_stream: OnceLock::new(),
+        }))
+    }
+
+    /// The simulator's settings for later launches (seed, workers,
+    /// convergence; each launch's grid, block and binding replace those in
+    /// it). Defaults: seed 0, one worker per core, converged warps.
+    pub fn set_simulator(&self, cfg: warpalloc_sim::LaunchConfig) {
+        *self.sim.lock().unwrap_or_else(PoisonError::into_inner) = cfg;
+    }
+
+    /// The device underneath.
+    pub fn device(&self) -> &Arc<Emulated> {
+        &self.device
+    }
+
+    /// Loads a module: its globals from the PTX's declarations; its kernels
+    /// are those of the context's table that the PTX declares.
+    pub fn load_module(self: &Arc<Self>, ptx: Ptx) -> Result<Arc<CudaModule>, HostError> {
+        Ok(Arc::new(CudaModule {
+            module: self.device.load(&ptx.0)?,
+            ctx: Arc::clone(self),
+        }))
+    }
+
+    /// The context's default stream.
+    pub fn default_stream(self: &Arc<Self>) -> Arc<CudaStream> {
+        Arc::clone(
+            self.default_stream
+                .get_or_init(|| Arc::new(CudaStream::new(self))),
+        )
+    }
+
+    /// A new stream: its work runs in order on a thread of its own,
+    /// concurrently with other streams'.
+    pub fn new_stream(self: &Arc<Self>) -> Result<Arc<CudaStream>, HostError> {
+        Ok(Arc::new(CudaStream::new(self)))
+    }
+
+    /// Waits for the work of every stream of the context.
+    pub fn synchronize(&self) -> Result<(), HostError> {
+        self.device.synchronize()
+    }
+}
+
+impl AsDevice for Arc<CudaContext> {
+    fn as_device(&self) -> Result<Arc<dyn Device>, HostError> {
+        Ok(Arc::clone(&self.device) as Arc<dyn Device>)
+    }
+}
+
+/// A loaded module (cudarc's `CudaModule`).
+pub struct CudaModule {
+    module: Arc<EmulatedModule>,
+    ctx: Arc<CudaContext>,
+}
+
+impl CudaModule {
+    /// The kernel `name`: an entry point of the PTX that the context's
+    /// kernel table has.
+    pub fn load_function(self: &Arc<Self>, name: &str) -> Result<CudaFunction, HostError> {
+        if !self.module.has_kernel(name) {
+            return Err(HostError::MissingSymbol {
+                what: "kernel",
+                name: name.to_string(),
+            });
+        }
+        let entry = self
+            .ctx
+            .kernels
+            .iter()
+            .find(|e| e.name == name)
+            .ok_or_else(|| HostError::Launch {
+                kernel: name.to_string(),
+                why: "the PTX has it, but it is not in the context's kernel table: add it to \
+                      the kernel crate's `kernels![...]`"
+                    .into(),
+            })?;
+        Ok(CudaFunction {
+            module: Arc::clone(self),
+            entry: *entry,
+        })
+    }
+}
+
+impl AsModule for Arc<CudaModule> {
+    fn as_module(&self, device: &dyn Device) -> Result<Arc<dyn Module>, HostError> {
+        let same = device
+            .as_any()
+            .downcast_ref::<Emulated>()
+            .is_some_and(|d| std::ptr::eq(d, &*self.ctx.device));
+        if !same {
+            return Err(HostError::WrongDevice(
+                "an emulated module links only to a heap attached to its own context",
+            ));
+        }
+        Ok(Arc::clone(&self.module) as Arc<dyn Module>)
+    }
+}
+
+/// A kernel of a module (cudarc's `CudaFunction`).
+#[derive(Clone)]
+pub struct CudaFunction {
+    module: Arc<CudaModule>,
+    entry: Entry,
+}
+
+type Job = Box<dyn FnOnce() -> Result<(), HostError> + Send>;
+
+/// What a stream's worker and its callers share.
+#[derive(Default)]
+struct Queue {
+    /// Jobs queued and not yet ended.
+    pending: usize,
+    /// The first error since the last `synchronize`.
+    error: Option<HostError>,
+}
+
+/// A stream (cudarc's `CudaStream`): work queued on it runs in order on its
+/// own thread.
+pub struct CudaStream {
+    ctx: Arc<CudaContext>,
+    queue: Arc<(Mutex<Queue>, Condvar)>,
+    worker: Mutex<Option<(Sender<Job>, JoinHandle<()>)>>,
+}
+
+impl CudaStream {
+    fn new(ctx: &Arc<CudaContext>) -> CudaStream {
+        CudaStream {
+            ctx: Arc::clone(ctx),
+            queue: Arc::default(),
+            worker: Mutex::new(None),
+        }
+    }
+
+    /// The stream's context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    fn enqueue(&self, job: Job) -> Result<(), HostError> {
+        let mut worker = self.worker.lock().unwrap_or_else(PoisonError::into_inner);
+        if worker.is_none() {
+            let (send, receive) = mpsc::channel::<Job>();
+            let queue = Arc::clone(&self.queue);
+            let device = Arc::clone(&self.ctx.device);
+            let handle = std::thread::Builder::new()
+                .name("warpalloc-stream".into())
+                .spawn(move || {
+                    for job in receive {
+                        let result = job();
+                        let (lock, done) = &*queue;
+                        let mut q = lock.lock().unwrap_or_else(PoisonError::into_inner);
+                        if let Err(e) = result {
+                            q.error.get_or_insert(e);
+                        }
+                        q.pending -= 1;
+                        done.notify_all();
+                        drop(q);
+                        device.end_queued();
+                    }
+                })
+                .map_err(HostError::Stream)?;
+            *worker = Some((send, handle));
+        }
+        let Some((send, _)) = worker.as_ref() else {
+            unreachable!("the worker was started above");
+        };
+        self.queue
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pending += 1;
+        self.ctx.device.begin_queued();
+        if send.send(job).is_err() {
+            // The worker ended (it never does while we hold its sender).
+            self.queue
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pending -= 1;
+            self.ctx.device.end_queued();
+            return Err(HostError::Stream(std::io::Error::other(
+                "the stream's worker thread ended",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waits for the work queued on this stream; the first error any of it
+    /// had since the last call.
+    pub fn synchronize(&self) -> Result<(), HostError> {
+        let (lock, done) = &*self.queue;
+        let mut q = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while q.pending > 0 {
+            q = done.wait(q).unwrap_or_else(PoisonError::into_inner);
+        }
+        q.error.take().map_or(Ok(()), Err)
+    }
+
+    /// `len` zeroed elements of device memory.
+    pub fn alloc_zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<CudaSlice<T>, HostError> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or(HostError::OutOfHostMemory(usize::MAX))?;
+        Ok(CudaSlice {
+            memory: Arc::from(self.ctx.device.alloc_zeroed(bytes)?),
+            len,
+            _element: PhantomData,
+        })
+    }
+
+    /// Device memory holding a copy of `src` (cudarc's `memcpy_stod`).
+    pub fn memcpy_stod<T: bytemuck::Pod>(&self, src: &[T]) -> Result<CudaSlice<T>, HostError> {
+        let slice = self.alloc_zeros::<T>(src.len())?;
+        // SAFETY: fresh memory of `src`'s size that no kernel can reach yet.
+        unsafe {
+            self.ctx
+                .device
+                .write(slice.memory.addr(), bytemuck::cast_slice(src))
+        }?;
+        Ok(slice)
+    }
+
+    /// As [`CudaStream::memcpy_stod`] (cudarc's newer name).
+    pub fn clone_htod<T: bytemuck::Pod>(&self, src: &[T]) -> Result<CudaSlice<T>, HostError> {
+        self.memcpy_stod(src)
+    }
+
+    /// Copies `src` into `dst` once the stream's work so far has ended
+    /// (cudarc's `memcpy_htod`); `src` must not be longer than `dst`.
+    pub fn memcpy_htod<T: bytemuck::Pod>(
+        &self,
+        src: &[T],
+        dst: &mut CudaSlice<T>,
+    ) -> Result<(), HostError> {
+        if src.len() > dst.len {
+            return Err(HostError::Launch {
+                kernel: "memcpy_htod".into(),
+                why: format!("{} elements into a slice of {}", src.len(), dst.len),
+            });
+        }
+        self.synchronize()?;
+        // SAFETY: `dst` is device memory of at least `src`'s size, and no
+        // work of this stream runs; other streams' use of it is the
+        // program's business, as in CUDA.
+        unsafe {
+            self.ctx
+                .device
+                .write(dst.memory.addr(), bytemuck::cast_slice(src))
+        }
+    }
+
+    /// A copy of `src` on the host, once the stream's work so far has ended
+    /// (cudarc's `memcpy_dtov`).
+    pub fn memcpy_dtov<T: bytemuck::Pod>(&self, src: &CudaSlice<T>) -> Result<Vec<T>, HostError> {
+        self.synchronize()?;
+        let mut out = vec![T::zeroed(); src.len];
+        // SAFETY: `src` is device memory of `len` elements; no work of this
+        // stream runs.
+        unsafe {
+            self.ctx
+                .device
+                .read(src.memory.addr(), bytemuck::cast_slice_mut(&mut out))
+        }?;
+        Ok(out)
+    }
+
+    /// As [`CudaStream::memcpy_dtov`] (cudarc's newer name).
+    pub fn clone_dtoh<T: bytemuck::Pod>(&self, src: &CudaSlice<T>) -> Result<Vec<T>, HostError> {
+        self.memcpy_dtov(src)
+    }
+
+    /// A launch of `func` on this stream (cudarc's `launch_builder`): push
+    /// the arguments with `arg`, then `launch`.
+    pub fn launch_builder<'a>(&'a self, func: &'a CudaFunction) -> LaunchArgs<'a> {
+        LaunchArgs {
+            stream: self,
+            func,
+            params: Vec::new(),
+            keep: Vec::new(),
+        }
+    }
+}
+
+impl Drop for CudaStream {
+    fn drop(&mut self) {
+        let worker = self
+            .worker
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some((send, handle)) = worker {
+            // The worker finishes what is queued, then ends.
+            drop(send);
+            // It panics on nothing; a join error would repeat a printed panic.
+            let _ = handle.join();
+        }
+    }
+}
+
+/// `len` elements of `T` in device memory (cudarc's `CudaSlice`); freed when
+/// dropped and when no queued launch uses it any more.
+pub struct CudaSlice<T> {
+    memory: Arc<dyn Allocation>,
+    len: usize,
+    _element: PhantomData<T>,
+}
+
+impl<T> CudaSlice<T> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its device address.
+    pub fn device_addr(&self) -> u64 {
+        self.memory.addr()
+    }
+}
+
+/// A value that is a kernel argument by its bytes (cudarc's `DeviceRepr`):
+/// integers, floats and raw pointers.
+pub trait DeviceRepr {
+    /// The bytes the kernel receives.
+    fn bytes(&self) -> Vec<u8>;
+}
+
+macro_rules! plain_repr {
+    ($($t:ty),*) => {$(
+        impl DeviceRepr for $t {
+            fn bytes(&self) -> Vec<u8> {
+                self.to_ne_bytes().to_vec()
+            }
+        }
+    )*};
+}
+plain_repr!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize, f32, f64);
+
+impl<T> DeviceRepr for *mut T {
+    fn bytes(&self) -> Vec<u8> {
+        self.expose_provenance().to_ne_bytes().to_vec()
+    }
+}
+
+impl<T> DeviceRepr for *const T {
+    fn bytes(&self) -> Vec<u8> {
+        self.expose_provenance().to_ne_bytes().to_vec()
+    }
+}
+
+/// A launch being built (cudarc's `LaunchArgs`).
+pub struct LaunchArgs<'a> {
+    stream: &'a CudaStream,
+    func: &'a CudaFunction,
+    params: Vec<Vec<u8>>,
+    /// Memory the launch uses, kept alive until it ends.
+    keep: Vec<Arc<dyn Allocation>>,
+}
+
+/// Pushes one kernel argument (cudarc's `PushKernelArg`).
+pub trait PushKernelArg<T> {
+    /// Adds `arg` as the next parameter.
+    fn arg(&mut self, arg: T) -> &mut Self;
+}
+
+impl<'a, 'b: 'a, T: DeviceRepr> PushKernelArg<&'b T> for LaunchArgs<'a> {
+    fn arg(&mut self, arg: &'b T) -> &mut Self {
+        self.params.push(arg.bytes());
+        self
+    }
+}
+
+impl<'a, 'b: 'a, T> PushKernelArg<&'b CudaSlice<T>> for LaunchArgs<'a> {
+    fn arg(&mut self, arg: &'b CudaSlice<T>) -> &mut Self {
+        self.params.push(arg.memory.addr().to_ne_bytes().to_vec());
+        self.keep.push(Arc::clone(&arg.memory));
+        self
+    }
+}
+
+impl<'a, 'b: 'a, T> PushKernelArg<&'b mut CudaSlice<T>> for LaunchArgs<'a> {
+    fn arg(&mut self, arg: &'b mut CudaSlice<T>) -> &mut Self {
+        self.arg(&*arg)
+    }
+}
+
+impl LaunchArgs<'_> {
+    /// Queues the launch on the stream and returns; the stream's
+    /// `synchronize` reports how it went. The parameters' count and sizes
+    /// are checked against the kernel's here.
+    ///
+    /// # Safety
+    /// As for a CUDA launch: the parameters must be valid for the kernel
+    /// (pointers to memory large enough for what it does) until it ends.
+    pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), HostError> {
+        let entry = self.func.entry;
+        let sizes: Vec<usize> = self.params.iter().map(Vec::len).collect();
+        if sizes != entry.params {
+            return Err(HostError::Launch {
+                kernel: entry.name.to_string(),
+                why: format!(
+                    "the kernel's parameters are {:?} bytes, the launch gave {sizes:?}",
+                    entry.params
+                ),
+            });
+        }
+        let mut sim = self
+            .stream
+            .ctx
+            .sim
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        sim.grid_dim = cfg.grid_dim;
+        sim.block_dim = cfg.block_dim;
+        let module = Arc::clone(&self.func.module.module);
+        let params = std::mem::take(&mut self.params);
+        let keep = std::mem::take(&mut self.keep);
+        self.stream.enqueue(Box::new(move || {
+            sim.binding = module.binding();
+            server::wake();
+            let views: Vec<&[u8]> = params.iter().map(Vec::as_slice).collect();
+            // SAFETY: the caller vouched for the parameters until the kernel
+            // ends; the memory of the slices it passed is kept alive (`keep`);
+            // the binding is the heap linked to the module, which unlinks it
+            // only after synchronising, so after this job.
+            let result = unsafe { entry.launch(&views, &sim) };
+            drop(keep);
+            result.map(|_| ()).map_err(|e| HostError::Launch {
+                kernel: entry.name.to_string(),
+                why: e.to_string(),
+            })
+        }))
+    }
+}

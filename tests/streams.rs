@@ -1,0 +1,214 @@
+//! The user-facing API without warpalloc's `Launcher`: a program loads its
+//! module on a context (the emulated one, in cudarc's shape), attaches a
+//! heap, links the module, launches with the launch builder on its own
+//! streams, synchronises and reads the heap's stats. Also: several modules
+//! share one heap, a heap unlinks its modules when it drops, and a module
+//! belongs to one heap at a time.
+
+use std::sync::Arc;
+
+use warpalloc::emulated::{CudaContext, CudaModule, LaunchConfig, Ptx, PushKernelArg};
+use warpalloc::{Heap, HeapConfig, HostError, WarpAlloc};
+use warpalloc_device::kernel::Entry;
+use warpalloc_kernels_tests::collections::collections;
+use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats, alloc_free};
+use warpalloc_tool::ptx::KERNELS_TESTS;
+
+/// `collections` uses `Vec` in the kernel: the program's global allocator
+/// sends it to the launch's heap.
+#[global_allocator]
+static GLOBAL: WarpAlloc = WarpAlloc;
+
+/// The kernels this program launches by name.
+const KERNELS: &[Entry] = warpalloc_device::kernels![alloc_free, collections];
+
+fn config() -> HeapConfig {
+    HeapConfig {
+        reserve: Some(256 << 20),
+        slots: 1024,
+        slab_cache: 8,
+        ..HeapConfig::default()
+    }
+}
+
+fn setup() -> (Arc<CudaContext>, Arc<CudaModule>, Heap) {
+    let ctx = CudaContext::new(KERNELS).expect("context");
+    let module = ctx
+        .load_module(Ptx::from_src(KERNELS_TESTS))
+        .expect("module");
+    let heap = Heap::attach(&ctx, config()).expect("heap");
+    heap.link(&module).expect("link");
+    (ctx, module, heap)
+}
+
+fn grid(blocks: u32, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+#[test]
+fn kernels_on_two_streams_allocate_from_one_heap() {
+    let (ctx, module, heap) = setup();
+    let churn = module.load_function("alloc_free").expect("alloc_free");
+    let grow = module.load_function("collections").expect("collections");
+    let (a, b) = (
+        ctx.new_stream().expect("stream"),
+        ctx.new_stream().expect("stream"),
+    );
+    let mut churn_stats = a.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
+    let mut grow_stats = b.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
+    let (size, rounds, n) = (96u32, 4u32, 24u32);
+    // SAFETY: each kernel gets its STATS_WORDS words of stats.
+    unsafe {
+        a.launch_builder(&churn)
+            .arg(&mut churn_stats)
+            .arg(&size)
+            .arg(&rounds)
+            .launch(grid(2, 64))
+            .expect("launch alloc_free");
+        b.launch_builder(&grow)
+            .arg(&mut grow_stats)
+            .arg(&n)
+            .launch(grid(2, 64))
+            .expect("launch collections");
+    }
+    a.synchronize().expect("stream a");
+    b.synchronize().expect("stream b");
+
+    let churned = Stats::from_words(&a.memcpy_dtov(&churn_stats).expect("read"));
+    assert_eq!(
+        (churned.allocs, churned.nulls, churned.corrupt),
+        (128 * u64::from(rounds), 0, 0)
+    );
+    let grown = b.memcpy_dtov(&grow_stats).expect("read");
+    assert_eq!(grown[0], 128, "every collections thread finished");
+    assert_eq!(grown[4], 0, "no collections thread saw a wrong value");
+
+    let stats = heap.stats().expect("stats");
+    assert!(stats.traffic.served() > 0, "the heap served nothing");
+    assert_eq!(stats.live.live_allocations(), 0, "blocks left live");
+    assert_eq!(
+        (stats.device.double_frees, stats.device.invalid_frees),
+        (0, 0)
+    );
+    assert_eq!(heap.check().expect("check"), Ok(()));
+}
+
+#[test]
+fn launches_on_one_stream_run_in_order_and_report_errors_at_synchronize() {
+    let (ctx, module, heap) = setup();
+    let churn = module.load_function("alloc_free").expect("alloc_free");
+    let s = ctx.default_stream();
+    let mut st = s.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
+    for _ in 0..3 {
+        // SAFETY: STATS_WORDS words of stats.
+        unsafe {
+            s.launch_builder(&churn)
+                .arg(&mut st)
+                .arg(&64u32)
+                .arg(&2u32)
+                .launch(grid(1, 32))
+        }
+        .expect("launch");
+    }
+    let words = s.memcpy_dtov(&st).expect("read");
+    assert_eq!(
+        words[0],
+        3 * 32 * 2,
+        "three launches, in order, all counted"
+    );
+    // A launch with a missing parameter is refused when it is built.
+    // SAFETY: refused before it runs.
+    let refused = unsafe { s.launch_builder(&churn).arg(&mut st).launch(grid(1, 32)) };
+    assert!(
+        matches!(&refused, Err(HostError::Launch { why, .. }) if why.contains("parameters")),
+        "{refused:?}"
+    );
+    // A kernel the PTX lacks, and one the program did not compile in.
+    assert!(matches!(
+        module.load_function("no_such_kernel"),
+        Err(HostError::MissingSymbol { .. })
+    ));
+    assert!(matches!(
+        module.load_function("drain"),
+        Err(HostError::Launch { .. })
+    ));
+    drop(heap);
+}
+
+#[test]
+fn modules_share_a_heap_and_are_unlinked_when_it_drops() {
+    let (ctx, first, heap) = setup();
+    let second = ctx
+        .load_module(Ptx::from_src(KERNELS_TESTS))
+        .expect("second module");
+    heap.link(&second).expect("link the second module");
+    heap.link(&second).expect("linking twice does nothing");
+
+    // A second heap cannot take a module the first one holds.
+    let other = Heap::attach(&ctx, config()).expect("another heap");
+    assert!(matches!(
+        other.link(&first),
+        Err(HostError::LinkedElsewhere(addr)) if addr == heap.device_heap()
+    ));
+
+    let s = ctx.default_stream();
+    let mut st = s.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
+    for module in [&first, &second] {
+        let f = module.load_function("alloc_free").expect("alloc_free");
+        // SAFETY: STATS_WORDS words of stats.
+        unsafe {
+            s.launch_builder(&f)
+                .arg(&mut st)
+                .arg(&48u32)
+                .arg(&2u32)
+                .launch(grid(1, 64))
+        }
+        .expect("launch");
+    }
+    let words = s.memcpy_dtov(&st).expect("read");
+    assert_eq!(
+        (words[0], words[2]),
+        (2 * 64 * 2, 0),
+        "both modules allocated"
+    );
+    assert!(heap.stats().expect("stats").traffic.served() > 0);
+
+    // Once the heap is gone, the modules allocate nothing (null, not a
+    // dangling heap), and the other heap may take them.
+    drop(heap);
+    let mut after = s.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
+    let f = first.load_function("alloc_free").expect("alloc_free");
+    // SAFETY: STATS_WORDS words of stats.
+    unsafe {
+        s.launch_builder(&f)
+            .arg(&mut after)
+            .arg(&48u32)
+            .arg(&1u32)
+            .launch(grid(1, 32))
+    }
+    .expect("launch");
+    let words = s.memcpy_dtov(&after).expect("read");
+    assert_eq!(
+        (words[0], words[2]),
+        (0, 32),
+        "an unlinked module gets null"
+    );
+    other
+        .link(&first)
+        .expect("the other heap links the module now");
+}
+
+#[test]
+fn a_module_of_another_context_is_refused() {
+    let (_ctx, module, _heap) = setup();
+    let ctx2 = CudaContext::new(KERNELS).expect("context");
+    let heap2 = Heap::attach(&ctx2, config()).expect("heap");
+    assert!(matches!(
+        heap2.link(&module),
+        Err(HostError::WrongDevice(_))
+    ));
+}
