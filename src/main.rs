@@ -224,14 +224,27 @@ fn main() -> ExitCode {
                 rounds,
                 block,
             };
-            let report = bench::bench(prefer, schedule.schedule(), &args)?;
+            let mut started = false;
+            let report = bench::bench(prefer, schedule.schedule(), &args, |target, row| {
+                if json {
+                    return;
+                }
+                if !started {
+                    bench::print_header(target);
+                    started = true;
+                }
+                bench::print_row(row);
+            })?;
             if json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&report).unwrap_or_default()
                 );
-            } else {
-                bench::print(&report);
+            }
+            let failed = report.rows.iter().filter(|r| r.error.is_some()).count();
+            if failed > 0 {
+                eprintln!("warpalloc bench: {failed} case(s) failed (see their rows)");
+                return Ok(ExitCode::FAILURE);
             }
             Ok(ExitCode::SUCCESS)
         })(),

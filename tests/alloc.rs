@@ -13,7 +13,7 @@ use warpalloc_device::size_class::SLAB_SIZE;
 use warpalloc_host::Buffer;
 use warpalloc_kernels_tests::stress::{
     STATS_WORDS, SWEEP_SIZES, Stats, aligned, bad_input, churn, drain, drain_transfer, fill,
-    resize, size_sweep,
+    free_only, freed_queries, malloc_only, resize, size_sweep,
 };
 
 struct Churn {
@@ -402,4 +402,121 @@ fn realloc_keeps_contents_and_calloc_zeroes() {
         assert_eq!((s.allocs, s.nulls), (2 * 3 * 64, 0), "{context}: {s:?}");
     }
     assert_empty(&mut heap, "resize");
+}
+
+#[test]
+fn a_freed_block_in_a_live_slab_is_not_a_live_allocation() {
+    let mut heap = heap(16 * SLAB_SIZE, 64, 4);
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 32).seed(5),
+        freed_queries::Args {
+            stats: stats_buf.kernel_ptr(),
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_eq!(
+        (s.nulls, s.broken),
+        (0, 0),
+        "usable_size or realloc took a freed block: {s:?}"
+    );
+    let e = errors(&heap);
+    // One invalid free per thread: the refused realloc.
+    assert_eq!((e.double_frees, e.invalid_frees), (0, 32), "{e:?}");
+    assert_empty(&mut heap, "freed queries");
+}
+
+/// The simulator's counts of one warp's `free` of 32 blocks that lie in one
+/// bitfield word of one slab (the warp's 32 mallocs in a fresh slab; a
+/// second warp keeps the slab live, so no slab is released): the slot's
+/// lock, one `fetch_and` for the word, the slot's release. Deterministic
+/// (one worker, converged warps, a fixed seed), so a test, not a benchmark.
+#[test]
+fn a_warp_frees_blocks_of_one_word_with_one_atomic() {
+    let mut heap = heap(16 * SLAB_SIZE, 64, 4);
+    let ptrs = buffer::<u64>(&heap, 64);
+    let cfg = LaunchConfig::linear(1, 64)
+        .seed(6)
+        .workers(1)
+        .convergence(Convergence::Converged);
+    *heap
+        .launcher_mut()
+        .expect("a heap made with a launcher")
+        .simulator_config() = cfg.clone();
+    // SAFETY: a word per thread.
+    let malloc_report = unsafe {
+        heap.launch(
+            (1, 1, 1),
+            (64, 1, 1),
+            malloc_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+                size: 16,
+            },
+        )
+    }
+    .expect("malloc_only");
+    let got = read(&heap, &ptrs);
+    assert!(got.iter().all(|&p| p != 0), "a malloc returned null");
+    let (lo, hi) = (
+        got[..32].iter().min().copied().unwrap_or(0),
+        got[..32].iter().max().copied().unwrap_or(0),
+    );
+    assert_eq!(
+        hi - lo,
+        31 * 16,
+        "the first warp's blocks are not consecutive: {got:x?}"
+    );
+    // The first warp frees its 32 blocks; the second warp's stay.
+    // SAFETY: a word per thread of the first warp, each a live block.
+    let free_report = unsafe {
+        heap.launch(
+            (1, 1, 1),
+            (32, 1, 1),
+            free_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+            },
+        )
+    }
+    .expect("free_only");
+    let (m, f) = (
+        malloc_report.simulator.expect("simulator counts"),
+        free_report.simulator.expect("simulator counts"),
+    );
+    println!(
+        "two warps' malloc (a new slab over RPC): {} steps, {} atomic RMWs, {} atomic loads, \
+         {} atomic stores; one warp's free of 32 blocks: {} steps, {} RMWs, {} loads, {} stores",
+        m.steps,
+        m.atomic_rmws,
+        m.atomic_loads,
+        m.atomic_stores,
+        f.steps,
+        f.atomic_rmws,
+        f.atomic_loads,
+        f.atomic_stores
+    );
+    assert!(
+        f.atomic_rmws <= 3,
+        "one warp's free of one bitfield word took {} read-modify-writes (lock, one fetch_and, \
+         release: 3)",
+        f.atomic_rmws
+    );
+    let h = heap.stats().expect("stats");
+    assert_eq!(h.live.live_blocks, 32, "the second warp's blocks are live");
+    assert_eq!(h.device.double_frees + h.device.invalid_frees, 0);
+    // The rest go too, and the heap is clean.
+    let rest: Vec<u64> = got[32..].to_vec();
+    let rest = heap
+        .launcher()
+        .expect("a heap made with a launcher")
+        .upload(&rest)
+        .expect("upload");
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 32),
+        free_only::Args {
+            ptrs: rest.kernel_ptr(),
+        },
+    );
+    assert_empty(&mut heap, "malloc_only / free_only");
 }

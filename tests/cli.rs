@@ -183,3 +183,42 @@ fn stress_json_is_machine_readable() {
         "{text}"
     );
 }
+
+#[test]
+fn bench_prints_every_case_and_keeps_going_past_a_failed_one() {
+    // 0 threads is a launch the simulator refuses (a grid of no blocks): that
+    // case fails, and every other case still runs and prints its row.
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "bench",
+        "--sizes",
+        "64",
+        "--threads",
+        "0,64",
+        "--rounds",
+        "1",
+        "--block",
+        "32",
+    ]);
+    assert!(!ok, "a failed case must make bench fail:\n{text}");
+    let rows: Vec<&str> = text.lines().collect();
+    assert!(
+        rows.iter()
+            .any(|l| l.starts_with("alloc_free") && l.contains("FAILED")),
+        "no FAILED row for 0 threads:\n{text}"
+    );
+    let good = rows
+        .iter()
+        .find(|l| l.starts_with("alloc_free ") && !l.contains("FAILED") && l.contains(" 64 "))
+        .unwrap_or_else(|| panic!("no alloc_free row for 64 threads:\n{text}"));
+    // The simulator's deterministic cost per pair: steps/RMWs.
+    assert!(good.contains('/'), "no simulator counts in {good:?}");
+    for case in ["mixed 16 B-8 KiB", "fragmentation", "out of memory"] {
+        assert!(
+            rows.iter()
+                .any(|l| l.starts_with(case) && !l.contains("FAILED")),
+            "no {case} row after the failed case:\n{text}"
+        );
+    }
+    assert!(text.contains("1 case(s) failed"), "{text}");
+}

@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use warpalloc_builder::ptxas::{Ptxas, PtxasReport};
 use warpalloc_builder::{Arch, functions, reachable, symbols};
@@ -27,18 +28,29 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("simt_syncwarp", &["bar.warp.sync"]),
 ];
 
-fn ptx_file() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kernels_tests.ptx");
+fn ptx_file(arch: Arch) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("kernels_tests_{arch}.ptx"));
     std::fs::write(&path, ptx::KERNELS_TESTS)
         .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     path
 }
 
-fn assemble(arch: Arch) -> PtxasReport {
-    let ptxas = Ptxas::find().unwrap_or_else(|e| panic!("{e}"));
-    ptxas
-        .assemble(&ptx_file(), arch)
-        .unwrap_or_else(|e| panic!("ptxas rejected the embedded PTX for {arch}: {e}"))
+/// ptxas's report for `arch`, assembled once per test binary (the tests
+/// that read it run in parallel).
+fn assemble(arch: Arch) -> &'static PtxasReport {
+    static SM75: OnceLock<PtxasReport> = OnceLock::new();
+    static SM90: OnceLock<PtxasReport> = OnceLock::new();
+    let cell = match arch {
+        Arch::Sm75 => &SM75,
+        Arch::Sm90 => &SM90,
+        other => panic!("no report kept for {other}"),
+    };
+    cell.get_or_init(|| {
+        let ptxas = Ptxas::find().unwrap_or_else(|e| panic!("{e}"));
+        ptxas
+            .assemble(&ptx_file(arch), arch)
+            .unwrap_or_else(|e| panic!("ptxas rejected the embedded PTX for {arch}: {e}"))
+    })
 }
 
 #[test]
@@ -162,4 +174,50 @@ fn the_declarations_module_declares_what_the_module_does() {
     let decls = parse(ptx::KERNELS_TESTS_DECLARATIONS).expect("the declarations parse");
     assert_eq!(full, decls);
     assert!(ptx::KERNELS_TESTS_DECLARATIONS.len() * 10 < ptx::KERNELS_TESTS.len());
+}
+
+/// Register, stack and spill budgets of the allocator's paths, per kernel and
+/// architecture: ptxas's counts are deterministic, so this is a test. A
+/// kernel above its budget fails; lower the budget when a change brings the
+/// count down (it is a ratchet). The targets of the hot-path work are
+/// malloc-only ≤ 32 (40 at most), free-only ≤ 24, both ≤ 48 (DESIGN.md,
+/// "Fast path, slow path"); the budgets below are where the code stands.
+#[test]
+fn allocator_paths_stay_within_their_register_budgets() {
+    // (kernel, sm_75 registers, sm_90 registers)
+    const BUDGETS: &[(&str, u32, u32)] = &[
+        ("malloc_only", 68, 66),
+        ("free_only", 40, 38),
+        ("alloc_free", 92, 92),
+    ];
+    let mut failures = String::new();
+    for (arch, column) in [(Arch::Sm75, 1), (Arch::Sm90, 2)] {
+        let report = assemble(arch);
+        for &(kernel, sm75, sm90) in BUDGETS {
+            let budget = if column == 1 { sm75 } else { sm90 };
+            let Some(f) = report.get(kernel) else {
+                failures.push_str(&format!("{arch}: no kernel {kernel}\n"));
+                continue;
+            };
+            let registers = f.registers.unwrap_or(u32::MAX);
+            println!(
+                "{arch} {kernel}: {registers} registers (budget {budget}), {} B stack, {} B spilled",
+                f.stack_frame,
+                f.spill_stores + f.spill_loads
+            );
+            if registers > budget {
+                failures.push_str(&format!(
+                    "{arch} {kernel}: {registers} registers, budget {budget}\n"
+                ));
+            }
+            let stack = f.stack_frame.max(f.cumulative_stack.unwrap_or(0));
+            if stack != 0 || f.spill_stores + f.spill_loads != 0 {
+                failures.push_str(&format!(
+                    "{arch} {kernel}: {stack} B stack, {} B spill stores, {} B spill loads (budget 0)\n",
+                    f.spill_stores, f.spill_loads
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "over budget:\n{failures}");
 }

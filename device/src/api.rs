@@ -15,7 +15,8 @@
 //! | `calloc(n, size)` with `n · size` overflowing | null |
 //! | `realloc(null, n)` | `malloc(n)` |
 //! | `realloc(p, 0)` | frees `p`, returns null |
-//! | `realloc` of a pointer the heap never handed out | null; counted as an invalid free; nothing freed |
+//! | `realloc` of a pointer that is not a live allocation (never handed out, or freed) | null; counted as an invalid free; nothing freed |
+//! | `usable_size` of a pointer that is not a live allocation (a freed block included) | 0 |
 //!
 //! `free` of any address inside a live block frees that block (this is what
 //! lets over-aligned pointers from `aligned_alloc` free correctly). A double

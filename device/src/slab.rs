@@ -229,20 +229,83 @@ impl Slab {
         result
     }
 
-    /// Clears block `index`'s bit. `true` if it was set (a real free), `false`
-    /// if it was already clear (a double free: nothing changed).
+    /// Clears the bits of the blocks that the lanes of `uniform` (all of
+    /// which call this together, on this slab) free: `index` is the lane's
+    /// block, `None` for a pointer that is no block of the slab. Lanes whose
+    /// blocks lie in one bitfield word combine their bits (a tree of five
+    /// shuffles over the word's lanes) and the lowest of them clears them
+    /// with one `fetch_and`: one atomic per word touched, as `allocate`'s
+    /// `fetch_or`. Returns whether this lane's free was real: its bit was
+    /// set, and no lower lane of the call freed the same block; `false` is a
+    /// double free (nothing changed).
     ///
     /// # Safety
-    /// The caller holds a reference to this live slab, and `index < usable`.
-    pub unsafe fn deallocate(self, index: u32) -> bool {
-        let bit = 1u32 << (index % WORD_BITS);
-        // ORDERING: release (gpu): the freeing lane's accesses to the block
-        // happen-before the next owner's (pairs with the acquire fence at
-        // the end of `allocate`).
-        fence(Ordering::Release, Scope::Gpu);
+    /// The caller holds a reference to this live slab for each lane, and
+    /// every `index` is below the class's `usable`.
+    pub unsafe fn deallocate(self, uniform: u32, index: Option<u32>) -> bool {
+        let me = simt::lane_id();
+        let i = index.unwrap_or(u32::MAX);
+        let bit = match index {
+            Some(i) => 1u32 << (i % WORD_BITS),
+            None => 0,
+        };
+        // Two lanes freeing one block: the lowest frees it, the other is a
+        // double free.
+        let same_block = simt::match_any_u32(uniform, i);
+        let first = simt::leader(same_block) == me;
+        // The lanes on my word, and my rank among them.
+        let word = i / WORD_BITS;
+        let group = simt::match_any_u32(uniform, word);
+        let rank = (group & simt::lanemask_lt()).count_ones();
+        let size = group.count_ones();
+        // The group's OR at its rank-0 lane: at step `s`, ranks that are a
+        // multiple of 2s take the value of rank + s. Every lane of `uniform`
+        // takes part in every shuffle (its own value when it has no source).
+        let mut combined = if first { bit } else { 0 };
+        if simt::ballot(uniform, size > 1) != 0 {
+            let mut step = 1;
+            while step < WORD_BITS {
+                let source = rank + step;
+                let src = if rank.is_multiple_of(2 * step) && source < size {
+                    nth_set_bit(group, source)
+                } else {
+                    me
+                };
+                let theirs = simt::shfl_u32(uniform, combined, src);
+                if src != me {
+                    combined |= theirs;
+                }
+                step *= 2;
+            }
+        }
+        let head = simt::leader(group);
+        // The lanes' last accesses to their blocks happen-before what the
+        // head does next: `bar.warp.sync` orders memory among the lanes it
+        // synchronises.
+        simt::syncwarp(uniform);
+        let mut before = 0;
+        if me == head && index.is_some() {
+            // ORDERING: release (gpu), cumulative: the freeing lanes'
+            // accesses to their blocks (ordered before this by the syncwarp)
+            // happen-before the next owners' (pairs with the acquire fence at
+            // the end of `allocate`).
+            fence(Ordering::Release, Scope::Gpu);
+            // SAFETY: `index < usable` so the word is in the bitfield.
+            before = unsafe { self.word(word) }.fetch_and(!combined);
+        }
+        let before = simt::shfl_u32(uniform, before, head);
+        index.is_some() && first && before & bit != 0
+    }
+
+    /// Whether block `index` is allocated now (its bit is set).
+    ///
+    /// # Safety
+    /// As for [`Slab::header`]; `index < usable`.
+    #[inline(always)]
+    pub unsafe fn is_allocated(self, index: u32) -> bool {
         // SAFETY: `index < usable` so the word is in the bitfield.
-        let before = unsafe { self.word(index / WORD_BITS) }.fetch_and(!bit);
-        before & bit != 0
+        let word = unsafe { self.word(index / WORD_BITS) }.load(Ordering::Relaxed);
+        word & (1 << (index % WORD_BITS)) != 0
     }
 
     /// The class geometry of a live slab.
@@ -254,6 +317,29 @@ impl Slab {
         // SAFETY: the caller's contract.
         unsafe { self.header() }.geometry()
     }
+}
+
+/// The position of the `n`-th (from 0) set bit of `mask`; 32 if it has
+/// fewer. A binary search on popcounts: no loop over the bits.
+#[inline(always)]
+fn nth_set_bit(mask: u32, mut n: u32) -> u32 {
+    if n >= mask.count_ones() {
+        return 32;
+    }
+    let (mut m, mut base, mut width) = (mask, 0, 16);
+    while width > 0 {
+        let low = m & ((1u32 << width) - 1);
+        let c = low.count_ones();
+        if n >= c {
+            n -= c;
+            m >>= width;
+            base += width;
+        } else {
+            m = low;
+        }
+        width /= 2;
+    }
+    base
 }
 
 /// Lanes `0..n` as a mask (`n` up to 32).

@@ -3,10 +3,21 @@
 //! before each operation) and under loom (loom's model atomics).
 //!
 //! ```text
-//!               ┌ nvptx64 ─ core atomics; fences are PTX `fence.*.{gpu,sys}`
-//!   sync::* ────┼ host    ─ core atomics + a simulator switch point each
+//!               ┌ nvptx64 ─ Atomic*: PTX at .gpu scope (`ld.relaxed.gpu.global`,
+//!               │           `atom.relaxed.gpu.global.*`); SysAtomic*: core
+//!               │           atomics (LLVM's `.sys`); fences `fence.*.{gpu,sys}`
+//!   sync::* ────┼ host    ─ core atomics + a count and a simulator switch point
+//!               │           each
 //!               └ loom    ─ loom::sync::atomic (cfg(loom))
 //! ```
+//!
+//! **Scope.** Device state (the heap, slabs, the mailbox's lock bits) is only
+//! ever touched by kernels between launches' host copies, so its atomics are
+//! `Atomic*`: `.gpu` scope, the `.global` state space (`cvta.to.global` of the
+//! address first), which is cheaper than `.sys` and compiles to one
+//! instruction where LLVM's generic form adds a fallback. Memory the host reads
+//! *while* kernels run — the RPC ports in mapped host memory — uses
+//! `SysAtomic*`: LLVM's atomics, which are `.sys`.
 //!
 //! **Read-modify-writes take no ordering: they are always relaxed.** LLVM 22
 //! emits `fetch_add`/`fetch_or`/`swap`... on nvptx64 as plain relaxed
@@ -17,6 +28,9 @@
 //! naming what it pairs with. Loads and stores keep their ordering (LLVM emits
 //! `ld.acquire.sys` / `st.release.sys`); for state only the GPU sees, prefer
 //! relaxed accesses plus a [`Scope::Gpu`] fence, which is cheaper than `.sys`.
+//! (`Atomic*` loads and stores honour `Acquire`/`Release`/`SeqCst` at `.gpu`
+//! scope: `ld.acquire.gpu`, `st.release.gpu`, a `fence.sc.gpu` first for
+//! `SeqCst`.)
 
 pub use core::sync::atomic::Ordering;
 
@@ -27,31 +41,56 @@ use core::sync::atomic as inner;
 #[cfg(loom)]
 use loom::sync::atomic as inner;
 
-/// Called before every operation: a simulator switch point on the host.
+/// What an operation is, for the simulator's counts.
+#[derive(Clone, Copy)]
+#[cfg_attr(any(target_arch = "nvptx64", loom), allow(dead_code))]
+enum Op {
+    Load,
+    Store,
+    Rmw,
+    /// Not counted: a switch point only.
+    Fence,
+}
+
+/// Called before every operation: on the host, counts it (the launch's
+/// `atomic_loads`/`_stores`/`_rmws`) and is a simulator switch point.
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-fn hook() {
+fn hook(op: Op) {
     #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
-    warpalloc_sim::switch_point();
+    {
+        let access = match op {
+            Op::Load => Some(warpalloc_sim::Access::Load),
+            Op::Store => Some(warpalloc_sim::Access::Store),
+            Op::Rmw => Some(warpalloc_sim::Access::Rmw),
+            Op::Fence => None,
+        };
+        if let Some(access) = access {
+            warpalloc_sim::count_access(access);
+        }
+        warpalloc_sim::switch_point();
+    }
+    #[cfg(any(target_arch = "nvptx64", loom))]
+    let _ = op;
 }
 
 macro_rules! atomic_int {
-    ($(#[$doc:meta])* $name:ident, $int:ty) => {
+    ($(#[$doc:meta])* $name:ident, $inner:ident, $int:ty, $ops:path) => {
         $(#[$doc])*
         #[repr(transparent)]
-        pub struct $name(inner::$name);
+        pub struct $name(inner::$inner);
 
         impl $name {
             /// A new atomic holding `value`.
             #[cfg(not(loom))]
             pub const fn new(value: $int) -> Self {
-                $name(inner::$name::new(value))
+                $name(inner::$inner::new(value))
             }
 
             /// A new atomic holding `value`.
             #[cfg(loom)]
             pub fn new(value: $int) -> Self {
-                $name(inner::$name::new(value))
+                $name(inner::$inner::new(value))
             }
 
             /// Views `ptr` as an atomic (not under loom).
@@ -65,14 +104,19 @@ macro_rules! atomic_int {
             pub unsafe fn from_ptr<'a>(ptr: *mut $int) -> &'a Self {
                 // SAFETY: the caller's contract above; `Self` is
                 // `repr(transparent)` over the core atomic.
-                unsafe { &*(inner::$name::from_ptr(ptr) as *const inner::$name as *const Self) }
+                unsafe { &*(inner::$inner::from_ptr(ptr) as *const inner::$inner as *const Self) }
             }
 
             /// Loads the value.
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn load(&self, order: Ordering) -> $int {
-                hook();
+                hook(Op::Load);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::load(self.0.as_ptr(), order) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.load(order)
             }
 
@@ -80,7 +124,12 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn store(&self, value: $int, order: Ordering) {
-                hook();
+                hook(Op::Store);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::store(self.0.as_ptr(), value, order) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.store(value, order)
             }
 
@@ -88,7 +137,12 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn swap(&self, value: $int) -> $int {
-                hook();
+                hook(Op::Rmw);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::swap(self.0.as_ptr(), value) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.swap(value, Ordering::Relaxed)
             }
 
@@ -97,16 +151,25 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn compare_exchange(&self, current: $int, new: $int) -> Result<$int, $int> {
-                hook();
-                self.0
-                    .compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
+                hook(Op::Rmw);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::compare_exchange(self.0.as_ptr(), current, new) };
+                #[cfg(not(target_arch = "nvptx64"))]
+                self.0                     .compare_exchange(current, new, Ordering::Relaxed, Ordering::Relaxed)
             }
 
             /// Relaxed wrapping add; returns the previous value.
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_add(&self, value: $int) -> $int {
-                hook();
+                hook(Op::Rmw);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::fetch_add(self.0.as_ptr(), value) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.fetch_add(value, Ordering::Relaxed)
             }
 
@@ -114,7 +177,12 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_sub(&self, value: $int) -> $int {
-                hook();
+                hook(Op::Rmw);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::fetch_sub(self.0.as_ptr(), value) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.fetch_sub(value, Ordering::Relaxed)
             }
 
@@ -122,7 +190,12 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_and(&self, value: $int) -> $int {
-                hook();
+                hook(Op::Rmw);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::fetch_and(self.0.as_ptr(), value) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.fetch_and(value, Ordering::Relaxed)
             }
 
@@ -130,7 +203,12 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_or(&self, value: $int) -> $int {
-                hook();
+                hook(Op::Rmw);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::fetch_or(self.0.as_ptr(), value) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.fetch_or(value, Ordering::Relaxed)
             }
 
@@ -138,7 +216,12 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_xor(&self, value: $int) -> $int {
-                hook();
+                hook(Op::Rmw);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::fetch_xor(self.0.as_ptr(), value) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.fetch_xor(value, Ordering::Relaxed)
             }
 
@@ -146,7 +229,12 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_max(&self, value: $int) -> $int {
-                hook();
+                hook(Op::Rmw);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::fetch_max(self.0.as_ptr(), value) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.fetch_max(value, Ordering::Relaxed)
             }
 
@@ -154,7 +242,12 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_min(&self, value: $int) -> $int {
-                hook();
+                hook(Op::Rmw);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::fetch_min(self.0.as_ptr(), value) };
+                #[cfg(not(target_arch = "nvptx64"))]
                 self.0.fetch_min(value, Ordering::Relaxed)
             }
 
@@ -177,20 +270,250 @@ macro_rules! atomic_int {
 }
 
 atomic_int!(
-    /// A `u32` shared between lanes (and with the host).
+    /// A `u32` shared between lanes, at `.gpu` scope on the GPU (the host
+    /// reads it between launches).
     AtomicU32,
-    u32
+    AtomicU32,
+    u32,
+    crate::sync::gpu::u32
 );
 atomic_int!(
-    /// A `u64` shared between lanes (and with the host).
+    /// A `u64` shared between lanes, at `.gpu` scope on the GPU.
     AtomicU64,
-    u64
+    AtomicU64,
+    u64,
+    crate::sync::gpu::u64
 );
 atomic_int!(
-    /// A `usize` shared between lanes (and with the host).
+    /// A `usize` shared between lanes, at `.gpu` scope on the GPU.
     AtomicUsize,
-    usize
+    AtomicUsize,
+    usize,
+    crate::sync::gpu::usize
 );
+atomic_int!(
+    /// A `u32` that the host reads while kernels run (an RPC port), at
+    /// `.sys` scope on the GPU.
+    SysAtomicU32,
+    AtomicU32,
+    u32,
+    crate::sync::sys::u32
+);
+atomic_int!(
+    /// A `u64` that the host reads while kernels run, at `.sys` scope.
+    SysAtomicU64,
+    AtomicU64,
+    u64,
+    crate::sync::sys::u64
+);
+
+/// `.gpu`-scoped atomics on global memory, in PTX.
+#[cfg(target_arch = "nvptx64")]
+mod gpu {
+    macro_rules! gpu_ops {
+        ($m:ident, $int:ty, $reg:ident, $u:literal, $b:literal) => {
+            pub(crate) mod $m {
+                use core::arch::asm;
+                use core::sync::atomic::Ordering;
+
+                /// `ld.{relaxed,acquire}.gpu.global`.
+                ///
+                /// # Safety
+                /// `p` is a valid, aligned address in global memory.
+                #[inline(always)]
+                pub(crate) unsafe fn load(p: *mut $int, order: Ordering) -> $int {
+                    let v: $int;
+                    // SAFETY: the caller's contract; the asm reads `p` only.
+                    unsafe {
+                        match order {
+                            Ordering::Relaxed => asm!(
+                                concat!("cvta.to.global.u64 {p}, {p};\n\tld.relaxed.gpu.global.", $u, " {v}, [{p}];"),
+                                p = inout(reg64) p => _, v = out($reg) v, options(nostack)
+                            ),
+                            Ordering::SeqCst => asm!(
+                                concat!("fence.sc.gpu;\n\tcvta.to.global.u64 {p}, {p};\n\tld.acquire.gpu.global.", $u, " {v}, [{p}];"),
+                                p = inout(reg64) p => _, v = out($reg) v, options(nostack)
+                            ),
+                            _ => asm!(
+                                concat!("cvta.to.global.u64 {p}, {p};\n\tld.acquire.gpu.global.", $u, " {v}, [{p}];"),
+                                p = inout(reg64) p => _, v = out($reg) v, options(nostack)
+                            ),
+                        }
+                    }
+                    v
+                }
+
+                /// `st.{relaxed,release}.gpu.global`.
+                ///
+                /// # Safety
+                /// As for [`load`].
+                #[inline(always)]
+                pub(crate) unsafe fn store(p: *mut $int, v: $int, order: Ordering) {
+                    // SAFETY: the caller's contract; the asm writes `p` only.
+                    unsafe {
+                        match order {
+                            Ordering::Relaxed => asm!(
+                                concat!("cvta.to.global.u64 {p}, {p};\n\tst.relaxed.gpu.global.", $u, " [{p}], {v};"),
+                                p = inout(reg64) p => _, v = in($reg) v, options(nostack)
+                            ),
+                            Ordering::SeqCst => asm!(
+                                concat!("fence.sc.gpu;\n\tcvta.to.global.u64 {p}, {p};\n\tst.release.gpu.global.", $u, " [{p}], {v};"),
+                                p = inout(reg64) p => _, v = in($reg) v, options(nostack)
+                            ),
+                            _ => asm!(
+                                concat!("cvta.to.global.u64 {p}, {p};\n\tst.release.gpu.global.", $u, " [{p}], {v};"),
+                                p = inout(reg64) p => _, v = in($reg) v, options(nostack)
+                            ),
+                        }
+                    }
+                }
+
+                gpu_ops!(@rmw $int, $reg, swap, "exch.", $b);
+                gpu_ops!(@rmw $int, $reg, fetch_add, "add.", $u);
+                gpu_ops!(@rmw $int, $reg, fetch_and, "and.", $b);
+                gpu_ops!(@rmw $int, $reg, fetch_or, "or.", $b);
+                gpu_ops!(@rmw $int, $reg, fetch_xor, "xor.", $b);
+                gpu_ops!(@rmw $int, $reg, fetch_max, "max.", $u);
+                gpu_ops!(@rmw $int, $reg, fetch_min, "min.", $u);
+
+                /// Relaxed wrapping subtract: an add of the negation.
+                ///
+                /// # Safety
+                /// As for [`load`].
+                #[inline(always)]
+                pub(crate) unsafe fn fetch_sub(p: *mut $int, v: $int) -> $int {
+                    // SAFETY: forwarded.
+                    unsafe { fetch_add(p, v.wrapping_neg()) }
+                }
+
+                /// `atom.relaxed.gpu.global.cas`: `Ok(previous)` when it held
+                /// `current`, else `Err(actual)`.
+                ///
+                /// # Safety
+                /// As for [`load`].
+                #[inline(always)]
+                pub(crate) unsafe fn compare_exchange(
+                    p: *mut $int,
+                    current: $int,
+                    new: $int,
+                ) -> Result<$int, $int> {
+                    let old: $int;
+                    // SAFETY: the caller's contract; the asm reads and writes
+                    // `p` only.
+                    unsafe {
+                        asm!(
+                            concat!("cvta.to.global.u64 {p}, {p};\n\tatom.relaxed.gpu.global.cas.", $b, " {old}, [{p}], {cur}, {new};"),
+                            p = inout(reg64) p => _, old = out($reg) old,
+                            cur = in($reg) current, new = in($reg) new, options(nostack)
+                        )
+                    };
+                    if old == current { Ok(old) } else { Err(old) }
+                }
+            }
+        };
+        (@rmw $int:ty, $reg:ident, $name:ident, $op:literal, $ty:literal) => {
+            /// A relaxed `.gpu`-scoped read-modify-write; the previous value.
+            ///
+            /// # Safety
+            /// As for [`load`].
+            #[inline(always)]
+            pub(crate) unsafe fn $name(p: *mut $int, v: $int) -> $int {
+                let old: $int;
+                // SAFETY: the caller's contract; the asm reads and writes `p`
+                // only.
+                unsafe {
+                    asm!(
+                        concat!("cvta.to.global.u64 {p}, {p};\n\tatom.relaxed.gpu.global.", $op, $ty, " {old}, [{p}], {v};"),
+                        p = inout(reg64) p => _, old = out($reg) old, v = in($reg) v,
+                        options(nostack)
+                    )
+                };
+                old
+            }
+        };
+    }
+
+    gpu_ops!(u32, u32, reg32, "u32", "b32");
+    gpu_ops!(u64, u64, reg64, "u64", "b64");
+    gpu_ops!(usize, usize, reg64, "u64", "b64");
+}
+
+/// `.sys`-scoped atomics: LLVM's own (core's) on a pointer.
+#[cfg(target_arch = "nvptx64")]
+mod sys {
+    macro_rules! sys_ops {
+        ($m:ident, $int:ty, $core:ident) => {
+            pub(crate) mod $m {
+                use core::sync::atomic::{Ordering, $core as A};
+
+                macro_rules! rmw {
+                    ($name:ident) => {
+                        /// A relaxed read-modify-write; the previous value.
+                        ///
+                        /// # Safety
+                        /// `p` is valid and aligned, and only accessed
+                        /// atomically.
+                        #[inline(always)]
+                        pub(crate) unsafe fn $name(p: *mut $int, v: $int) -> $int {
+                            // SAFETY: the caller's contract.
+                            unsafe { A::from_ptr(p) }.$name(v, Ordering::Relaxed)
+                        }
+                    };
+                }
+                rmw!(swap);
+                rmw!(fetch_add);
+                rmw!(fetch_sub);
+                rmw!(fetch_and);
+                rmw!(fetch_or);
+                rmw!(fetch_xor);
+                rmw!(fetch_max);
+                rmw!(fetch_min);
+
+                /// A load.
+                ///
+                /// # Safety
+                /// As for the read-modify-writes.
+                #[inline(always)]
+                pub(crate) unsafe fn load(p: *mut $int, order: Ordering) -> $int {
+                    // SAFETY: the caller's contract.
+                    unsafe { A::from_ptr(p) }.load(order)
+                }
+
+                /// A store.
+                ///
+                /// # Safety
+                /// As for the read-modify-writes.
+                #[inline(always)]
+                pub(crate) unsafe fn store(p: *mut $int, v: $int, order: Ordering) {
+                    // SAFETY: the caller's contract.
+                    unsafe { A::from_ptr(p) }.store(v, order)
+                }
+
+                /// A relaxed compare-and-swap.
+                ///
+                /// # Safety
+                /// As for the read-modify-writes.
+                #[inline(always)]
+                pub(crate) unsafe fn compare_exchange(
+                    p: *mut $int,
+                    current: $int,
+                    new: $int,
+                ) -> Result<$int, $int> {
+                    // SAFETY: the caller's contract.
+                    unsafe { A::from_ptr(p) }.compare_exchange(
+                        current,
+                        new,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                }
+            }
+        };
+    }
+
+    sys_ops!(u32, u32, AtomicU32);
+    sys_ops!(u64, u64, AtomicU64);
+}
 
 /// A fence of `order` for observers in `scope`. `Relaxed` is a no-op.
 ///
@@ -220,7 +543,7 @@ pub fn fence(order: Ordering, scope: Scope) {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         let _ = scope;
-        hook();
+        hook(Op::Fence);
         inner::fence(order);
     }
 }

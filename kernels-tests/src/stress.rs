@@ -667,3 +667,67 @@ kernel! {
         count(stats, 3, bad);
     }
 }
+
+kernel! {
+    /// A freed block in a slab that still has live blocks is not a live
+    /// allocation: `usable_size` gives 0 and `realloc` refuses it (null,
+    /// counted as an invalid free, nothing freed). Each thread keeps one
+    /// block, frees another and asks; `stats[4]` counts broken promises.
+    /// One block of whole warps (the lanes of a warp wait for each other).
+    pub fn freed_queries(stats: *mut u64) {
+        let keep = malloc(40);
+        let p = malloc(40);
+        // Every lane of the warp has both blocks before any frees one, so
+        // no lane's later malloc takes a block freed here (a block handed
+        // out again is live, rightly).
+        simt::syncwarp(simt::warp_mask());
+        if keep.is_null() || p.is_null() {
+            count(stats, 2, 1);
+            // SAFETY: ours or null.
+            unsafe {
+                free(keep);
+                free(p);
+            }
+            return;
+        }
+        count(stats, 0, 2);
+        // SAFETY: ours; after the first free, `p` is the bad input under
+        // test, which the allocator must refuse without touching memory.
+        unsafe {
+            free(p);
+            if usable_size(p) != 0 {
+                count(stats, 4, 1);
+            }
+            if !warpalloc_device::realloc(p, 64).is_null() {
+                count(stats, 4, 1);
+            }
+            if usable_size(keep) < 40 {
+                count(stats, 4, 1);
+            }
+            free(keep);
+        }
+        count(stats, 1, 2);
+    }
+}
+
+kernel! {
+    /// The malloc path alone: each thread takes `size` bytes and stores the
+    /// address in `ptrs[thread]` (0 when null). For ptxas budgets and the
+    /// simulator's per-operation counts.
+    pub fn malloc_only(ptrs: *mut u64, size: u32) {
+        let me = simt::global_thread_id() as usize;
+        let p = malloc(size as usize);
+        // SAFETY: the host gave a word per thread.
+        unsafe { ptrs.add(me).write(p.expose_provenance() as u64) };
+    }
+}
+
+kernel! {
+    /// The free path alone: each thread frees `ptrs[thread]` (0: nothing).
+    pub fn free_only(ptrs: *const u64) {
+        let me = simt::global_thread_id() as usize;
+        // SAFETY: the host gave a word per thread, each 0 or a block that
+        // `malloc_only` handed out and nobody freed since.
+        unsafe { free(core::ptr::with_exposed_provenance_mut(ptrs.add(me).read() as usize)) };
+    }
+}

@@ -116,39 +116,26 @@ template <typename F> static float timed(F launch) {
   return best;
 }
 
-int main() {
-  const size_t heap = size_t(8) << 30;
-  CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, heap));
+// One case per run, so that run.sh gives each its own time limit and a slow
+// case loses only its own row:
+//   baseline ceiling                  the atomics ceiling (run first)
+//   baseline alloc_free THREADS SIZE  CUDA malloc/free pairs
+//   baseline mixed                    mixed sizes, 1M threads
+static void device_line(size_t heap) {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   printf("{\"case\":\"device\",\"name\":\"%s\",\"sms\":%d,\"malloc_heap_bytes\":%zu}\n", prop.name,
          prop.multiProcessorCount, heap);
-  const unsigned block = 256, rounds = 4;
-  const unsigned sizes[] = {4, 64, 1024, 8192};
-  const unsigned counts[] = {10240, 102400, 1048576};
-  for (unsigned t : counts) {
-    for (unsigned size : sizes) {
-      unsigned blocks = (t + block - 1) / block;
-      float ms = timed([&] { alloc_free<<<blocks, block>>>(size, rounds); });
-      unsigned long long allocs = read_counter(&d_allocs), nulls = read_counter(&d_nulls),
-                         bad = read_counter(&d_bad);
-      printf("{\"case\":\"alloc_free\",\"impl\":\"cuda_malloc\",\"threads\":%u,\"size\":%u,\"ms\":%.4f,"
-             "\"pairs\":%llu,\"nulls\":%llu,\"bad\":%llu,\"pairs_per_second\":%.1f}\n",
-             blocks * block, size, ms, allocs, nulls, bad, allocs / (ms / 1e3));
-      fflush(stdout);
-    }
-  }
-  {
-    unsigned t = counts[2], blocks = (t + block - 1) / block;
-    float ms = timed([&] { mixed<<<blocks, block>>>(rounds, 7); });
-    unsigned long long allocs = read_counter(&d_allocs), nulls = read_counter(&d_nulls),
-                       bad = read_counter(&d_bad);
-    printf("{\"case\":\"mixed\",\"impl\":\"cuda_malloc\",\"threads\":%u,\"ms\":%.4f,\"pairs\":%llu,"
-           "\"nulls\":%llu,\"bad\":%llu,\"pairs_per_second\":%.1f}\n",
-           blocks * block, ms, allocs, nulls, bad, allocs / (ms / 1e3));
-  }
-  {
-    unsigned words = 1u << 24, t = counts[2], blocks = (t + block - 1) / block, r = 64;
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  const size_t heap = size_t(8) << 30;
+  const unsigned block = 256, rounds = 4, most = 1048576;
+  const char *which = argc > 1 ? argv[1] : "";
+  if (!strcmp(which, "ceiling")) {
+    device_line(heap);
+    unsigned words = 1u << 24, t = most, blocks = (t + block - 1) / block, r = 64;
     unsigned *bits;
     unsigned long long *counter;
     CHECK(cudaMalloc(&bits, size_t(words) * 4));
@@ -158,11 +145,36 @@ int main() {
     double ops = double(blocks) * block * r;
     printf("{\"case\":\"ceiling\",\"op\":\"random atomicOr\",\"threads\":%u,\"ms\":%.4f,\"ops_per_second\":%.1f}\n",
            blocks * block, ms, ops / (ms / 1e3));
+    fflush(stdout);
     ms = timed([&] { ceiling_add<<<blocks, block>>>(counter, r); });
     printf("{\"case\":\"ceiling\",\"op\":\"same-address atomicAdd\",\"threads\":%u,\"ms\":%.4f,\"ops_per_second\":%.1f}\n",
            blocks * block, ms, ops / (ms / 1e3));
     CHECK(cudaFree(bits));
     CHECK(cudaFree(counter));
+    return 0;
   }
-  return 0;
+  CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, heap));
+  if (!strcmp(which, "alloc_free") && argc == 4) {
+    unsigned t = unsigned(strtoul(argv[2], nullptr, 10)), size = unsigned(strtoul(argv[3], nullptr, 10));
+    unsigned blocks = (t + block - 1) / block;
+    float ms = timed([&] { alloc_free<<<blocks, block>>>(size, rounds); });
+    unsigned long long allocs = read_counter(&d_allocs), nulls = read_counter(&d_nulls),
+                       bad = read_counter(&d_bad);
+    printf("{\"case\":\"alloc_free\",\"impl\":\"cuda_malloc\",\"threads\":%u,\"size\":%u,\"ms\":%.4f,"
+           "\"pairs\":%llu,\"nulls\":%llu,\"bad\":%llu,\"pairs_per_second\":%.1f}\n",
+           blocks * block, size, ms, allocs, nulls, bad, allocs / (ms / 1e3));
+    return 0;
+  }
+  if (!strcmp(which, "mixed")) {
+    unsigned blocks = (most + block - 1) / block;
+    float ms = timed([&] { mixed<<<blocks, block>>>(rounds, 7); });
+    unsigned long long allocs = read_counter(&d_allocs), nulls = read_counter(&d_nulls),
+                       bad = read_counter(&d_bad);
+    printf("{\"case\":\"mixed\",\"impl\":\"cuda_malloc\",\"threads\":%u,\"ms\":%.4f,\"pairs\":%llu,"
+           "\"nulls\":%llu,\"bad\":%llu,\"pairs_per_second\":%.1f}\n",
+           blocks * block, ms, allocs, nulls, bad, allocs / (ms / 1e3));
+    return 0;
+  }
+  fprintf(stderr, "usage: baseline ceiling | alloc_free THREADS SIZE | mixed\n");
+  return 2;
 }

@@ -78,6 +78,25 @@ impl Clock {
 }
 
 /// Who a lane is. Immutable for the lane's life.
+/// What a lane's memory access is, for the counts in `LaunchStats`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// An atomic load.
+    Load,
+    /// An atomic store.
+    Store,
+    /// A read-modify-write: swap, compare-exchange, fetch-op.
+    Rmw,
+}
+
+/// A worker's counts of its lanes' atomic accesses.
+#[derive(Default)]
+pub(crate) struct Accesses {
+    pub(crate) loads: AtomicU64,
+    pub(crate) stores: AtomicU64,
+    pub(crate) rmws: AtomicU64,
+}
+
 pub(crate) struct LaneCtx {
     pub(crate) lane: u32,
     pub(crate) warp: u32,
@@ -87,6 +106,7 @@ pub(crate) struct LaneCtx {
     pub(crate) grid_dim: (u32, u32, u32),
     pub(crate) binding: usize,
     pub(crate) clock: Arc<Clock>,
+    pub(crate) accesses: Arc<Accesses>,
 }
 
 /// How the running lane gets back to its scheduler.
@@ -183,6 +203,19 @@ pub fn clock() -> u64 {
         let start = START.get_or_init(Instant::now);
         u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
     })
+}
+
+/// Counts one atomic access of the calling lane (nothing outside a launch);
+/// the sums are the launch's `atomic_loads`, `atomic_stores`, `atomic_rmws`.
+pub fn count_access(access: Access) {
+    let _ = with_ctx(|c| {
+        let counter = match access {
+            Access::Load => &c.accesses.loads,
+            Access::Store => &c.accesses.stores,
+            Access::Rmw => &c.accesses.rmws,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    });
 }
 
 /// A switch point: call before every atomic and fence. The scheduler may run

@@ -16,6 +16,13 @@ pub struct LaunchStats {
     pub steps: u64,
     /// Completed sync collectives (one per participating lane).
     pub collectives: u64,
+    /// Atomic loads by lanes (through `warpalloc-device`'s `sync` facade).
+    pub atomic_loads: u64,
+    /// Atomic stores by lanes.
+    pub atomic_stores: u64,
+    /// Atomic read-modify-writes by lanes (swap, compare-exchange,
+    /// fetch-ops).
+    pub atomic_rmws: u64,
     /// Lanes run.
     pub lanes: u64,
     /// Warps run.
@@ -90,6 +97,9 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
     let mut add = |s: WorkerStats| {
         totals.steps += s.steps;
         totals.collectives += s.collectives;
+        totals.atomic_loads += s.atomic_loads;
+        totals.atomic_stores += s.atomic_stores;
+        totals.atomic_rmws += s.atomic_rmws;
         totals.lanes += s.lanes;
         totals.warps += s.warps;
         totals.blocks += s.blocks;
@@ -144,6 +154,9 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         None => Ok(LaunchStats {
             steps: totals.steps,
             collectives: totals.collectives,
+            atomic_loads: totals.atomic_loads,
+            atomic_stores: totals.atomic_stores,
+            atomic_rmws: totals.atomic_rmws,
             lanes: totals.lanes,
             warps: totals.warps,
             blocks: totals.blocks,

@@ -28,7 +28,7 @@ use rand_pcg::Pcg64Mcg;
 use crate::config::{CONVERGED_PATIENCE, Convergence, Fibers, LaunchConfig};
 use crate::error::{LaneReport, LaneState, SimErrorKind};
 use crate::fiber::{CoroutineFiber, Fiber, KernelRef, Resumed, ThreadFiber};
-use crate::lane::{Clock, Kind, LaneCtx, Request, Site};
+use crate::lane::{Accesses, Clock, Kind, LaneCtx, Request, Site};
 
 /// State shared by the workers of one launch.
 pub(crate) struct Shared {
@@ -121,6 +121,9 @@ struct Block {
 #[derive(Default, Clone, Copy)]
 pub(crate) struct WorkerStats {
     pub(crate) steps: u64,
+    pub(crate) atomic_loads: u64,
+    pub(crate) atomic_stores: u64,
+    pub(crate) atomic_rmws: u64,
     pub(crate) collectives: u64,
     pub(crate) lanes: u64,
     pub(crate) warps: u64,
@@ -133,6 +136,7 @@ pub(crate) struct Worker<'a> {
     kernel: KernelRef,
     rng: Pcg64Mcg,
     clock: Arc<Clock>,
+    accesses: Arc<Accesses>,
     /// Linear indices of the blocks still to admit, in order.
     queue: std::vec::IntoIter<u64>,
     blocks: Vec<Option<Block>>,
@@ -165,6 +169,7 @@ impl<'a> Worker<'a> {
                 steps: AtomicU64::new(0),
                 start: shared.start,
             }),
+            accesses: Arc::default(),
             queue: blocks.into_iter(),
             blocks: Vec::new(),
             warps: Vec::new(),
@@ -188,6 +193,9 @@ impl<'a> Worker<'a> {
             // Another worker failed; if it was the watchdog, say where we are.
             self.record_stuck();
         }
+        self.stats.atomic_loads = self.accesses.loads.load(Ordering::Relaxed);
+        self.stats.atomic_stores = self.accesses.stores.load(Ordering::Relaxed);
+        self.stats.atomic_rmws = self.accesses.rmws.load(Ordering::Relaxed);
         self.stats
     }
 
@@ -306,6 +314,7 @@ impl<'a> Worker<'a> {
                     grid_dim: cfg.grid_dim,
                     binding: cfg.binding,
                     clock: Arc::clone(&self.clock),
+                    accesses: Arc::clone(&self.accesses),
                 });
                 let fiber = match cfg.fibers {
                     Fibers::Coroutines => {

@@ -10,7 +10,8 @@ use warpalloc_host::{HostError, Prefer};
 use warpalloc_kernels_tests::stress::{alloc_free, drain, fill, lifetimes};
 
 use super::common::{
-    Schedule, buffer, bytes, launch, mode_name, open_heap, rate, read_stats, target_name,
+    Schedule, buffer, bytes, launch, launch_report, mode_name, open_heap, rate, read_stats,
+    target_name,
 };
 
 /// What `bench` measures.
@@ -40,7 +41,46 @@ pub struct Row {
     pub peak_mapped_bytes: u64,
     /// Peak mapped ÷ peak requested (fragmentation cases).
     pub mapped_per_requested: Option<f64>,
+    /// The simulator's scheduling steps per malloc+free pair, warm (the
+    /// emulated device only: a deterministic cost, not a time).
+    pub sim_steps_per_pair: Option<f64>,
+    /// The simulator's atomic read-modify-writes per pair, warm.
+    pub sim_rmws_per_pair: Option<f64>,
+    /// The simulator's atomic loads per pair, warm.
+    pub sim_loads_per_pair: Option<f64>,
     pub note: String,
+    /// Why the case failed (the other fields are then empty).
+    pub error: Option<String>,
+}
+
+impl Row {
+    fn failed(case: &str, threads: u32, min: u64, max: u64, why: &HostError) -> Row {
+        Row {
+            case: case.into(),
+            mode: "-".into(),
+            threads: u64::from(threads),
+            min_bytes: min,
+            max_bytes: max,
+            cold_pairs_per_second: 0.0,
+            warm_pairs_per_second: 0.0,
+            nulls: 0,
+            peak_mapped_bytes: 0,
+            mapped_per_requested: None,
+            sim_steps_per_pair: None,
+            sim_rmws_per_pair: None,
+            sim_loads_per_pair: None,
+            note: String::new(),
+            error: Some(why.to_string()),
+        }
+    }
+}
+
+/// The warm run's simulator counts per pair.
+#[derive(Clone, Copy, Default)]
+struct PerPair {
+    steps: Option<f64>,
+    rmws: Option<f64>,
+    loads: Option<f64>,
 }
 
 /// The whole run.
@@ -68,12 +108,14 @@ fn cold_warm<K: Kernel>(
     block: u32,
     what: &str,
     kernel: impl Fn(*mut u64) -> K,
-) -> Result<([f64; 2], u64, u64), HostError> {
+) -> Result<([f64; 2], u64, u64, PerPair), HostError> {
     let mut times = [0.0f64; 2];
     let (mut pairs, mut nulls) = (0, 0);
+    let mut per_pair = PerPair::default();
     for t in &mut times {
         let stats = buffer::<u64>(heap, 8)?;
-        let elapsed = launch(heap, blocks, block, kernel(stats.kernel_ptr()))?;
+        let report = launch_report(heap, blocks, block, kernel(stats.kernel_ptr()))?;
+        let elapsed = report.elapsed;
         let s = read_stats(heap, &stats)?;
         if s.corrupt != 0 {
             return Err(HostError::InvalidPtx(format!(
@@ -84,8 +126,18 @@ fn cold_warm<K: Kernel>(
         nulls += s.nulls;
         pairs = s.allocs;
         *t = elapsed.as_secs_f64();
+        if let Some(sim) = report.simulator
+            && pairs > 0
+        {
+            let per = |n: u64| Some(n as f64 / pairs as f64);
+            per_pair = PerPair {
+                steps: per(sim.steps),
+                rmws: per(sim.atomic_rmws),
+                loads: per(sim.atomic_loads),
+            };
+        }
     }
-    Ok((times, pairs, nulls))
+    Ok((times, pairs, nulls, per_pair))
 }
 
 fn alloc_free_case(
@@ -99,7 +151,7 @@ fn alloc_free_case(
 ) -> Result<Row, HostError> {
     let mut heap = open_heap(prefer, config, schedule)?;
     let blocks = threads.div_ceil(block);
-    let (times, pairs, nulls) = cold_warm(&mut heap, blocks, block, "alloc_free", |stats| {
+    let (times, pairs, nulls, per) = cold_warm(&mut heap, blocks, block, "alloc_free", |stats| {
         alloc_free::Args {
             stats,
             size,
@@ -118,7 +170,11 @@ fn alloc_free_case(
         nulls,
         peak_mapped_bytes: st.region.peak_mapped_bytes,
         mapped_per_requested: None,
+        sim_steps_per_pair: per.steps,
+        sim_rmws_per_pair: per.rmws,
+        sim_loads_per_pair: per.loads,
         note: String::new(),
+        error: None,
     })
 }
 
@@ -131,7 +187,7 @@ fn mixed_case(
 ) -> Result<Row, HostError> {
     let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
     let blocks = threads.div_ceil(block);
-    let (times, pairs, nulls) = cold_warm(&mut heap, blocks, block, "mixed sizes", |stats| {
+    let (times, pairs, nulls, per) = cold_warm(&mut heap, blocks, block, "mixed sizes", |stats| {
         lifetimes::Args {
             stats,
             seed: 1,
@@ -152,7 +208,11 @@ fn mixed_case(
         nulls,
         peak_mapped_bytes: heap.stats()?.region.peak_mapped_bytes,
         mapped_per_requested: None,
+        sim_steps_per_pair: per.steps,
+        sim_rmws_per_pair: per.rmws,
+        sim_loads_per_pair: per.loads,
         note: "pattern written and checked per block".into(),
+        error: None,
     })
 }
 
@@ -247,6 +307,10 @@ fn fill_case(
         peak_mapped_bytes: st.region.peak_mapped_bytes,
         mapped_per_requested: (requested > 0)
             .then(|| st.region.peak_mapped_bytes as f64 / requested as f64),
+        sim_steps_per_pair: None,
+        sim_rmws_per_pair: None,
+        sim_loads_per_pair: None,
+        error: None,
         note: if oom {
             format!(
                 "limit {}: {} nulls, {} refusals, no crash; every block freed",
@@ -260,17 +324,22 @@ fn fill_case(
     })
 }
 
-/// Runs every case.
-pub fn bench(prefer: Prefer, schedule: Schedule, a: &BenchArgs) -> Result<BenchReport, HostError> {
+/// Runs every case, handing each row (with the target's name) to `on_row`
+/// as it finishes. A case that
+/// fails becomes a row with its error, and the run goes on; only failing to
+/// open the device at all is an error.
+pub fn bench(
+    prefer: Prefer,
+    schedule: Schedule,
+    a: &BenchArgs,
+    mut on_row: impl FnMut(&str, &Row),
+) -> Result<BenchReport, HostError> {
     let mut rows = Vec::new();
     let probe = open_heap(prefer, HeapConfig::default(), schedule)?;
     let target = target_name(&probe);
     let resident = probe
         .launcher()
-        .expect("a heap made with a launcher")
-        .info()
-        .resident_warps() as u32
-        * 32;
+        .map_or(1024, |l| l.info().resident_warps() as u32 * 32);
     drop(probe);
     // Default: a quarter of the device's resident threads, all of them, and
     // four times as many.
@@ -283,9 +352,14 @@ pub fn bench(prefer: Prefer, schedule: Schedule, a: &BenchArgs) -> Result<BenchR
         threads,
         ..a.clone()
     };
+    let mut push = |row: Result<Row, HostError>, case: &str, threads: u32, min: u64, max: u64| {
+        let row = row.unwrap_or_else(|e| Row::failed(case, threads, min, max, &e));
+        on_row(&target, &row);
+        rows.push(row);
+    };
     for &threads in &a.threads {
         for &size in &a.sizes {
-            rows.push(alloc_free_case(
+            let row = alloc_free_case(
                 prefer,
                 schedule,
                 HeapConfig::default(),
@@ -293,7 +367,8 @@ pub fn bench(prefer: Prefer, schedule: Schedule, a: &BenchArgs) -> Result<BenchR
                 a.block,
                 size,
                 a.rounds,
-            )?);
+            );
+            push(row, "alloc_free", threads, size.into(), size.into());
         }
     }
     let most = a.threads.iter().copied().max().unwrap_or(1024);
@@ -302,27 +377,26 @@ pub fn bench(prefer: Prefer, schedule: Schedule, a: &BenchArgs) -> Result<BenchR
         mode: Mode::Pool { slabs: 64 },
         ..HeapConfig::default()
     };
-    let mut row = alloc_free_case(prefer, schedule, pool, most, a.block, size, a.rounds)?;
-    row.note = "pool: 64 slabs mapped before launch".into();
-    rows.push(row);
-    rows.push(mixed_case(prefer, schedule, most, a.block, a.rounds)?);
-    rows.push(fill_case(prefer, schedule, most, a.block, 8, None)?);
-    rows.push(fill_case(
-        prefer,
-        schedule,
-        most,
-        a.block,
-        64,
-        Some(64 << 20),
-    )?);
+    let row =
+        alloc_free_case(prefer, schedule, pool, most, a.block, size, a.rounds).map(|mut r| {
+            r.note = "pool: 64 slabs mapped before launch".into();
+            r
+        });
+    push(row, "alloc_free pool", most, size.into(), size.into());
+    let row = mixed_case(prefer, schedule, most, a.block, a.rounds);
+    push(row, "mixed 16 B-8 KiB", most, 16, 8192);
+    let row = fill_case(prefer, schedule, most, a.block, 8, None);
+    push(row, "fragmentation", most, 16, 8192);
+    let row = fill_case(prefer, schedule, most, a.block, 64, Some(64 << 20));
+    push(row, "out of memory", most, 16, 8192);
     Ok(BenchReport { target, rows })
 }
 
-/// Prints a report as a table.
-pub fn print(report: &BenchReport) {
-    println!("warpalloc bench — {}", report.target);
+/// Prints the table's heading.
+pub fn print_header(target: &str) {
+    println!("warpalloc bench — {target}");
     println!(
-        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9}  note",
+        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>15}  note",
         "case",
         "mode",
         "threads",
@@ -331,30 +405,46 @@ pub fn print(report: &BenchReport) {
         "warm pairs",
         "nulls",
         "peak map",
-        "map/req"
+        "map/req",
+        "sim steps/rmw"
     );
-    for r in &report.rows {
+}
+
+/// Prints one row of the table.
+pub fn print_row(r: &Row) {
+    let size = if r.min_bytes == r.max_bytes {
+        bytes(r.min_bytes)
+    } else {
+        format!("{}-{}", bytes(r.min_bytes), bytes(r.max_bytes))
+    };
+    if let Some(e) = &r.error {
         println!(
-            "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9}  {}",
-            r.case,
-            r.mode,
-            r.threads,
-            if r.min_bytes == r.max_bytes {
-                bytes(r.min_bytes)
-            } else {
-                format!("{}-{}", bytes(r.min_bytes), bytes(r.max_bytes))
-            },
-            rate(r.cold_pairs_per_second),
-            if r.warm_pairs_per_second > 0.0 {
-                rate(r.warm_pairs_per_second)
-            } else {
-                "-".into()
-            },
-            r.nulls,
-            bytes(r.peak_mapped_bytes),
-            r.mapped_per_requested
-                .map_or("-".into(), |m| format!("{m:.2}")),
-            r.note
+            "{:<16} {:<9} {:>9} {:>10}  FAILED: {e}",
+            r.case, r.mode, r.threads, size
         );
+        return;
     }
+    let sim = match (r.sim_steps_per_pair, r.sim_rmws_per_pair) {
+        (Some(steps), Some(rmws)) => format!("{steps:.0}/{rmws:.1}"),
+        _ => "-".into(),
+    };
+    println!(
+        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>15}  {}",
+        r.case,
+        r.mode,
+        r.threads,
+        size,
+        rate(r.cold_pairs_per_second),
+        if r.warm_pairs_per_second > 0.0 {
+            rate(r.warm_pairs_per_second)
+        } else {
+            "-".into()
+        },
+        r.nulls,
+        bytes(r.peak_mapped_bytes),
+        r.mapped_per_requested
+            .map_or("-".into(), |m| format!("{m:.2}")),
+        sim,
+        r.note
+    );
 }

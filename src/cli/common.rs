@@ -48,6 +48,19 @@ where
         .alloc_zeroed(n.max(1))
 }
 
+/// Launches `args` and returns what the launch did (wall time, and the
+/// simulator's counts on the emulated device).
+pub fn launch_report<K: Kernel>(
+    heap: &mut Heap,
+    blocks: u32,
+    threads: u32,
+    args: K,
+) -> Result<warpalloc_host::device::LaunchReport, HostError> {
+    // SAFETY: every caller builds `args` from buffers of this module, sized
+    // for the grid, alive until this returns.
+    unsafe { heap.launch((blocks, 1, 1), (threads, 1, 1), args) }
+}
+
 /// Launches `args` and returns the kernel's wall time.
 pub fn launch<K: Kernel>(
     heap: &mut Heap,

@@ -434,11 +434,8 @@ impl DeviceHeap {
         // SAFETY: live and referenced.
         let geo = unsafe { Slab(base).geometry() };
         let index = geo.and_then(|g| Slab(base).index_of(addr, g));
-        let freed = match index {
-            // SAFETY: referenced live slab, `i < usable`.
-            Some(i) => unsafe { Slab(base).deallocate(i) },
-            None => false,
-        };
+        // SAFETY: a referenced live slab; `index_of` gives `i < usable`.
+        let freed = unsafe { Slab(base).deallocate(uniform, index) };
         if !freed {
             let counter = if index.is_some() {
                 &self.errors.double_frees
@@ -456,7 +453,8 @@ impl DeviceHeap {
     // ----------------------------------------------------------------------
 
     /// The bytes usable at `ptr` (from `ptr` to the end of its block), or 0
-    /// if it is not a live allocation's address.
+    /// if it is not a live allocation's address (never handed out, or a
+    /// block of a live slab that was freed: its bit is checked).
     pub fn usable_size(&self, ptr: *const u8) -> u64 {
         let addr = ptr.expose_provenance() as u64;
         match self.target(addr) {
@@ -467,8 +465,12 @@ impl DeviceHeap {
                     return 0;
                 };
                 match Slab(base).index_of(addr, geo) {
-                    Some(i) => Slab(base).block_addr(i, geo) + u64::from(geo.block) - addr,
-                    None => 0,
+                    // SAFETY: as above; `index_of` gives `i < usable`. A
+                    // block whose bit is clear was freed: not live.
+                    Some(i) if unsafe { Slab(base).is_allocated(i) } => {
+                        Slab(base).block_addr(i, geo) + u64::from(geo.block) - addr
+                    }
+                    _ => 0,
                 }
             }
             Target::Large { granules, .. } => u64::from(granules) << SLAB_SHIFT,

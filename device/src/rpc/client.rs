@@ -16,7 +16,7 @@ use crate::guard::{RPC_FLIP_BEFORE_RELEASE, planted};
 use crate::rpc::wire::Port;
 use crate::rpc::wire::{LANE_WORDS, Reply, Request, Status};
 use crate::simt::{self, Backoff, Scope};
-use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
+use crate::sync::{AtomicU32, Ordering, SysAtomicU64, fence};
 
 /// A client of one mailbox.
 pub struct Client<'a> {
@@ -136,7 +136,7 @@ impl<'a> Client<'a> {
         &self,
         lane_mask: u32,
         request: &Request,
-        read: impl FnOnce(&[AtomicU64; LANE_WORDS]) -> R,
+        read: impl FnOnce(&[SysAtomicU64; LANE_WORDS]) -> R,
     ) -> R {
         let index = self.lock(lane_mask);
         let flip = self.send_on(lane_mask, index, request);

@@ -30,7 +30,7 @@
 //! request may still be in flight), sends, and — for a call — waits for the
 //! answer before unlocking.
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{Ordering, SysAtomicU32, SysAtomicU64};
 
 /// The most ports a mailbox has: GPUs promise no forward progress to more
 /// warps than are resident, so more ports would not help.
@@ -156,7 +156,7 @@ impl Request {
 
     /// Writes the request's words into a lane's buffer (the client).
     #[inline(always)]
-    pub fn write(&self, buffer: &[AtomicU64; LANE_WORDS]) {
+    pub fn write(&self, buffer: &[SysAtomicU64; LANE_WORDS]) {
         match *self {
             Request::Alloc { bytes: a, align: b } | Request::Free { addr: a, bytes: b } => {
                 buffer[0].store(a, Ordering::Relaxed);
@@ -172,7 +172,7 @@ impl Request {
 
     /// The request with opcode `opcode` in a lane's buffer (the server); an
     /// unknown opcode is a `BadRequest`.
-    pub fn read(opcode: u32, buffer: &[AtomicU64; LANE_WORDS]) -> Result<Request, Status> {
+    pub fn read(opcode: u32, buffer: &[SysAtomicU64; LANE_WORDS]) -> Result<Request, Status> {
         let word = |i: usize| buffer[i].load(Ordering::Relaxed);
         match Opcode::from_raw(opcode) {
             Some(Opcode::Alloc) => Ok(Request::Alloc {
@@ -214,7 +214,7 @@ pub enum Reply {
 
 impl Reply {
     /// Writes the reply's words into a lane's buffer (the server).
-    pub fn write(&self, buffer: &[AtomicU64; LANE_WORDS]) {
+    pub fn write(&self, buffer: &[SysAtomicU64; LANE_WORDS]) {
         let status = |r: Result<(), Status>| match r {
             Ok(()) => Status::Ok as u64,
             Err(s) => s as u64,
@@ -241,7 +241,7 @@ impl Reply {
     /// The answer to an `Alloc` in a lane's buffer (the client): the
     /// address, or why not. A success with address 0 is a `BadRequest`.
     #[inline(always)]
-    pub fn read_alloc(buffer: &[AtomicU64; LANE_WORDS]) -> Result<u64, Status> {
+    pub fn read_alloc(buffer: &[SysAtomicU64; LANE_WORDS]) -> Result<u64, Status> {
         match Status::from_raw(buffer[0].load(Ordering::Relaxed)) {
             Status::Ok => match buffer[1].load(Ordering::Relaxed) {
                 0 => Err(Status::BadRequest),
@@ -252,7 +252,7 @@ impl Reply {
     }
 
     /// The answer to a `Ping` in a lane's buffer (the client).
-    pub fn read_ping(buffer: &[AtomicU64; LANE_WORDS]) -> [u64; LANE_WORDS] {
+    pub fn read_ping(buffer: &[SysAtomicU64; LANE_WORDS]) -> [u64; LANE_WORDS] {
         core::array::from_fn(|i| buffer[i].load(Ordering::Relaxed))
     }
 }
@@ -267,18 +267,18 @@ pub fn port_count_for(resident_warps: u64) -> u32 {
 #[repr(C, align(64))]
 pub struct Port {
     /// The device's flag.
-    pub client: AtomicU32,
+    pub client: SysAtomicU32,
     _pad0: [u32; 15],
     /// The host's flag.
-    pub server: AtomicU32,
+    pub server: SysAtomicU32,
     _pad1: [u32; 15],
     /// The lanes of the request.
-    pub lane_mask: AtomicU32,
+    pub lane_mask: SysAtomicU32,
     /// An [`Opcode`] as `u32`.
-    pub opcode: AtomicU32,
+    pub opcode: SysAtomicU32,
     _pad2: [u32; 14],
     /// Each lane's arguments, then its reply.
-    pub buffers: [[AtomicU64; LANE_WORDS]; LANES],
+    pub buffers: [[SysAtomicU64; LANE_WORDS]; LANES],
 }
 
 #[cfg(not(loom))]
@@ -297,14 +297,14 @@ impl Port {
     #[cfg(not(loom))]
     pub const fn new() -> Port {
         Port {
-            client: AtomicU32::new(0),
+            client: SysAtomicU32::new(0),
             _pad0: [0; 15],
-            server: AtomicU32::new(0),
+            server: SysAtomicU32::new(0),
             _pad1: [0; 15],
-            lane_mask: AtomicU32::new(0),
-            opcode: AtomicU32::new(0),
+            lane_mask: SysAtomicU32::new(0),
+            opcode: SysAtomicU32::new(0),
             _pad2: [0; 14],
-            buffers: [const { [const { AtomicU64::new(0) }; LANE_WORDS] }; LANES],
+            buffers: [const { [const { SysAtomicU64::new(0) }; LANE_WORDS] }; LANES],
         }
     }
 
@@ -312,20 +312,20 @@ impl Port {
     #[cfg(loom)]
     pub fn new() -> Port {
         Port {
-            client: AtomicU32::new(0),
+            client: SysAtomicU32::new(0),
             _pad0: [0; 15],
-            server: AtomicU32::new(0),
+            server: SysAtomicU32::new(0),
             _pad1: [0; 15],
-            lane_mask: AtomicU32::new(0),
-            opcode: AtomicU32::new(0),
+            lane_mask: SysAtomicU32::new(0),
+            opcode: SysAtomicU32::new(0),
             _pad2: [0; 14],
-            buffers: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0))),
+            buffers: core::array::from_fn(|_| core::array::from_fn(|_| SysAtomicU64::new(0))),
         }
     }
 
     /// Lane `lane`'s buffer (lanes beyond the warp wrap: never a panic).
     #[inline(always)]
-    pub fn buffer(&self, lane: u32) -> &[AtomicU64; LANE_WORDS] {
+    pub fn buffer(&self, lane: u32) -> &[SysAtomicU64; LANE_WORDS] {
         &self.buffers[lane as usize % LANES]
     }
 }
