@@ -520,3 +520,106 @@ fn a_warp_frees_blocks_of_one_word_with_one_atomic() {
     );
     assert_empty(&mut heap, "malloc_only / free_only");
 }
+
+/// Simulator steps of one warp's launch of `malloc_only` (`size` bytes per
+/// lane) on `heap`, and the addresses it got (0: null).
+fn malloc_warp(heap: &mut Heap, size: u32) -> (u64, Vec<u64>) {
+    let ptrs = buffer::<u64>(heap, 32);
+    *heap
+        .launcher_mut()
+        .expect("a heap made with a launcher")
+        .simulator_config() = LaunchConfig::linear(1, 32)
+        .seed(7)
+        .workers(1)
+        .convergence(Convergence::Converged);
+    // SAFETY: a word per thread.
+    let report = unsafe {
+        heap.launch(
+            (1, 1, 1),
+            (32, 1, 1),
+            malloc_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+                size,
+            },
+        )
+    }
+    .expect("malloc_only");
+    (
+        report.simulator.expect("simulator counts").steps,
+        read(heap, &ptrs),
+    )
+}
+
+fn free_warp(heap: &mut Heap, ptrs: &[u64]) {
+    let ptrs = heap
+        .launcher()
+        .expect("a heap made with a launcher")
+        .upload(ptrs)
+        .expect("upload");
+    run(
+        heap,
+        &LaunchConfig::linear(1, 32),
+        free_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+        },
+    );
+}
+
+fn nulls(ptrs: &[u64]) -> usize {
+    ptrs.iter().filter(|&&p| p == 0).count()
+}
+
+/// A malloc that returns null because the heap is full costs about what a
+/// successful one does, whatever the slot count: once the provider refused a
+/// slab, the search asks the host no more, claims no empty slot and looks at
+/// the class's hint and a bounded window (deterministic simulator steps: one
+/// worker, converged warps, a fixed seed). The table has 32 768 slots; the
+/// region holds 4 slabs. When memory comes back, so do slabs.
+#[test]
+fn an_out_of_memory_malloc_costs_about_what_a_successful_one_does() {
+    let mut heap = heap(4 * SLAB_SIZE, 32_768, 0);
+    // Four classes fill the four slabs.
+    let mut kept = Vec::new();
+    for size in [16, 64, 256, 1024] {
+        let (_, got) = malloc_warp(&mut heap, size);
+        assert_eq!(
+            nulls(&got),
+            0,
+            "{size} B: the region has room for this slab"
+        );
+        kept.push(got);
+    }
+    let (success, got) = malloc_warp(&mut heap, 16);
+    assert_eq!(nulls(&got), 0, "the 16 B slab has room");
+    kept.push(got);
+    // A fifth class: the host refuses its slab (this first null asks).
+    let (first, got) = malloc_warp(&mut heap, 4096);
+    assert_eq!(nulls(&got), 32);
+    // Now the heap knows: no request to the host, a bounded search.
+    let rpc_before = heap.stats().expect("stats").rpc.allocs;
+    let (again, got) = malloc_warp(&mut heap, 4096);
+    assert_eq!(nulls(&got), 32);
+    let rpc_after = heap.stats().expect("stats").rpc.allocs;
+    println!(
+        "one warp's malloc: {success} steps into a slab with room; out of memory: {first} steps \
+         (the refusal), then {again}"
+    );
+    assert_eq!(
+        rpc_after, rpc_before,
+        "an exhausted heap asked the host again"
+    );
+    assert!(
+        again <= 2 * success,
+        "an out-of-memory malloc took {again} steps, a successful one {success}"
+    );
+    // The 1 KiB slab empties and goes back (no cache): memory is back, and
+    // the fifth class gets a slab.
+    free_warp(&mut heap, &kept[3]);
+    let (_, got) = malloc_warp(&mut heap, 4096);
+    assert_eq!(nulls(&got), 0, "memory came back, the heap still refuses");
+    free_warp(&mut heap, &got);
+    for ptrs in [&kept[0], &kept[1], &kept[2], &kept[4]] {
+        free_warp(&mut heap, ptrs);
+    }
+    assert_empty(&mut heap, "out of memory and back");
+}

@@ -90,6 +90,19 @@ impl<const N: usize> SlabCache<N> {
         None
     }
 
+    /// Whether the most recently filled entry holds a slab: one load, a
+    /// cheap look for an exhausted heap (a slab pushed while a refusal was
+    /// in flight sits there), not an exact answer.
+    pub fn recently_filled(&self, limit: usize) -> bool {
+        let limit = limit.min(N);
+        limit != 0
+            && self
+                .entries
+                .get(self.hint.load(Ordering::Relaxed) as usize % limit)
+                .load(Ordering::Relaxed)
+                != 0
+    }
+
     /// Takes every cached slab, calling `f` on each (host side, when no
     /// kernel runs; or a trim).
     pub fn drain(&self, mut f: impl FnMut(u64)) {

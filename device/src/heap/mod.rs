@@ -60,7 +60,9 @@ use crate::guard::{Guard, Lock};
 use crate::pool::SlabPool;
 use crate::rpc::Mailbox;
 use crate::simt;
-use crate::size_class::{CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, geometry, place};
+use crate::size_class::{
+    CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, class_index, geometry, place,
+};
 use crate::slab::Slab;
 use crate::sync::{AtomicU32, Ordering, SharedArray};
 
@@ -93,6 +95,12 @@ pub struct DeviceHeap {
     hints: [AtomicU32; CLASS_COUNT],
     granules: GranuleTable<REGION_GRANULES>,
     cache: SlabCache<MAX_CACHE>,
+    /// 1 once the provider refused a slab, until memory comes back (a slab
+    /// disposed of, a large block freed, the host's `trim`): while set,
+    /// `find_slab` claims no empty slot and scans a bounded window
+    /// (`search.rs`), so an out-of-memory malloc costs about what a
+    /// successful one does.
+    exhausted: AtomicU32,
 }
 
 /// The layout of [`DeviceHeap`] as this build compiles it.
@@ -158,6 +166,22 @@ impl DeviceHeap {
             hints: [const { AtomicU32::new(0) }; CLASS_COUNT],
             granules: GranuleTable::new(),
             cache: SlabCache::new(),
+            exhausted: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether the provider refused a slab and no memory came back since.
+    #[inline(always)]
+    fn is_exhausted(&self) -> bool {
+        self.exhausted.load(Ordering::Relaxed) != 0
+    }
+
+    /// Memory came back (a slab went to the cache, pool or host; a large
+    /// block was freed; the host trimmed): new slabs may be had again.
+    #[inline(always)]
+    fn memory_returned(&self) {
+        if self.is_exhausted() {
+            self.exhausted.store(0, Ordering::Relaxed);
         }
     }
 
@@ -405,6 +429,7 @@ impl DeviceHeap {
         }
         self.counters.large_frees.fetch_add(1);
         self.system_deallocate(addr, u64::from(granules) << SLAB_SHIFT);
+        self.memory_returned();
     }
 
     /// Frees blocks of slabs for the lanes of `lane_mask`.
@@ -446,6 +471,20 @@ impl DeviceHeap {
         }
         let blocks_freed = simt::ballot(uniform, freed).count_ones();
         self.release_slot(slot, uniform, n + u64::from(blocks_freed));
+        // A free into a full slab gives it room: point the class's hint at
+        // it, so that the class's next malloc (and an exhausted heap's
+        // bounded search) finds it. One load, by the group's leader.
+        if blocks_freed > 0
+            && simt::lane_id() == leader
+            && let Some(g) = geo
+        {
+            let after = self.slot(slot).use_count();
+            let usable = u64::from(g.usable);
+            if after != 0 && after < usable && after + u64::from(blocks_freed) >= usable {
+                self.class_hint(class_index(g.block))
+                    .store(slot + 1, Ordering::Relaxed);
+            }
+        }
     }
 
     // ----------------------------------------------------------------------
@@ -510,6 +549,8 @@ impl DeviceHeap {
     /// back to the provider (host side, no kernel running: a trim gives them
     /// back to the backing). Returns how many.
     pub fn take_cached(&self, mut f: impl FnMut(u64)) -> usize {
+        // The slabs go back to the region: new slabs may be had again.
+        self.memory_returned();
         let mut n = 0;
         self.cache.drain(|slab| {
             self.counters.slabs_to_provider.fetch_add(1);

@@ -16,6 +16,19 @@
 //! it got room. A group that claimed an empty slot gets a slab (cache, pool,
 //! else the host), zeroes its bitfield together and publishes it. The scan
 //! ends at the table's end: out of memory.
+//!
+//! # Hints and out of memory (the policy)
+//! `hint[class]` names the slot where the class last found room: a malloc
+//! that succeeds elsewhere moves it there, and a free into a full slab moves
+//! it to that slab. When the provider refuses a slab, the heap is marked
+//! exhausted until memory comes back (a slab disposed of, a large block
+//! freed, the host's `trim`). While it is, a search asks the host nothing,
+//! claims no empty slot (unless the cache or pool holds a slab) and looks at
+//! the hint and the `EXHAUSTED_WINDOW` slots from the class's start only; so
+//! an out-of-memory malloc costs about what a successful one does. Worst
+//! case: room in a slab of the class that is neither the hint nor in that
+//! window is not found until memory comes back (a class's slabs sit from its
+//! start slot on, so the window covers its first 32).
 
 use super::DeviceHeap;
 use crate::abi::ProviderKind;
@@ -35,6 +48,13 @@ const NO_MEMORY: u64 = u64::MAX - 1;
 const SKIP: u64 = u64::MAX - 2;
 /// `count` from a lock of a slot being created: wait for it.
 const CREATING: u64 = u64::MAX - 3;
+
+/// Slots an out-of-memory search looks at after the class's hint: the scan
+/// is bounded, so a malloc that returns null because the heap is full costs
+/// about what a successful one does. The price: while the heap is exhausted,
+/// room in a slab of the class outside the hint and this window is not
+/// found (a free into a full slab points the hint at it, see `free_small`).
+pub(super) const EXHAUSTED_WINDOW: u32 = 32;
 
 /// The result of `find_slab` for one lane.
 #[derive(Clone, Copy)]
@@ -80,16 +100,45 @@ impl DeviceHeap {
             reserved: 0,
             uniform: 0,
         };
-        let mut may_claim = true;
+        // Out of memory (the provider refused a slab, none came back since):
+        // claim no empty slot unless the cache or pool has a slab, and look
+        // at the hint and a bounded window only.
+        // (Decided once for all the lanes, so that the probes below are
+        // collectives they all take part in.)
+        let exhausted = simt::ballot(lane_mask, self.is_exhausted()) != 0;
+        let at_hand = exhausted && simt::ballot(lane_mask, self.slab_at_hand()) != 0;
+        let probe = exhausted && !at_hand;
+        let mut may_claim = !probe;
+        let mut limit = if exhausted {
+            EXHAUSTED_WINDOW.min(slot_count)
+        } else {
+            slot_count
+        };
         let mut offset = 0u32;
         let mut retries = 0u32;
         let mut backoff = simt::Backoff::new();
         let mut done = false;
         loop {
-            let searching = simt::ballot(lane_mask, !done);
-            if searching == 0 {
+            let active = simt::ballot(lane_mask, !done);
+            if active == 0 {
                 return found;
             }
+            if done {
+                continue;
+            }
+            let searching = if probe {
+                // Exhausted: skip to the window's next slot with room; the
+                // lanes at one offset (all of `active` take part in the
+                // match, each group in its probe) probe a slot each.
+                let same = simt::match_any_u32(active, offset);
+                if offset > 0 {
+                    offset = self.next_with_room(same, base, offset, limit, usable, slot_count);
+                    done = offset > limit;
+                }
+                simt::ballot(active, !done)
+            } else {
+                active
+            };
             if done {
                 continue;
             }
@@ -100,7 +149,10 @@ impl DeviceHeap {
                 (base + offset - 1) % slot_count.max(1)
             };
             let guard = self.slot(index);
-            let available = offset == 0 || guard.use_count() < usable;
+            // A slot whose count is 0 is empty (or dying): worth a lock only
+            // to claim it.
+            let count = guard.use_count();
+            let available = offset == 0 || (count < usable && (may_claim || count > 0));
             let slab_mask = simt::ballot(searching, available);
             if available {
                 let key = ((class as u64) << 32) | u64::from(index);
@@ -128,8 +180,9 @@ impl DeviceHeap {
                     self.unlock_slot(index, spare & group);
                 } else if count == NO_MEMORY {
                     // No memory for new slabs: keep looking for room in
-                    // existing ones only.
+                    // existing ones only, within the window.
                     may_claim = false;
+                    limit = limit.min(offset + EXHAUSTED_WINDOW);
                 } else if count == CREATING {
                     // Being created, most likely for our class: wait for it
                     // rather than create a second slab. The creators make
@@ -146,10 +199,43 @@ impl DeviceHeap {
             }
             retries = 0;
             offset += 1;
-            if offset > slot_count {
+            if offset > limit {
                 done = true;
             }
         }
+    }
+
+    /// The first offset in `from..=limit` (offsets count from the class's
+    /// start slot `base`, as in `find_slab`) whose slot publishes a slab
+    /// with room, or `limit + 1`. The lanes of `lane_mask` (all calling)
+    /// probe a slot each per round: one load and one ballot for up to 32
+    /// slots.
+    fn next_with_room(
+        &self,
+        lane_mask: u32,
+        base: u32,
+        from: u32,
+        limit: u32,
+        usable: u64,
+        slot_count: u32,
+    ) -> u32 {
+        let lanes = lane_mask.count_ones();
+        let rank = (lane_mask & simt::lanemask_lt()).count_ones();
+        let mut at = from;
+        while at <= limit {
+            let mine = at + rank;
+            let room = mine <= limit && {
+                let count = self.slot((base + mine - 1) % slot_count.max(1)).use_count();
+                count > 0 && count < usable
+            };
+            let hits = simt::ballot(lane_mask, room);
+            if hits != 0 {
+                let first = hits.trailing_zeros();
+                return at + (lane_mask & ((1u32 << first) - 1)).count_ones();
+            }
+            at += lanes;
+        }
+        limit + 1
     }
 
     /// Locks slot `index` for the lanes of `group` (a subset of
@@ -175,6 +261,9 @@ impl DeviceHeap {
                     Some((s, clean)) => (slab, count, clean_words) = (s, FRESH, clean),
                     None => {
                         guard.abandon();
+                        // The provider refused: remember it until memory
+                        // comes back.
+                        self.exhausted.store(1, Ordering::Relaxed);
                         count = NO_MEMORY;
                     }
                 },
@@ -204,6 +293,15 @@ impl DeviceHeap {
         }
         let rank = u64::from((group & simt::lanemask_lt()).count_ones());
         (slab, count - n + rank + 1)
+    }
+
+    /// Whether a slab can be had without the host: the pool holds one, or
+    /// the cache's most recent entry does (checked, in O(1), when the heap
+    /// is exhausted: a slab pushed while a refusal was in flight must not be
+    /// stranded).
+    fn slab_at_hand(&self) -> bool {
+        self.cache.recently_filled(self.cache_limit())
+            || (self.provider() == ProviderKind::Pool && !self.pool.is_empty())
     }
 
     /// A slab for a claimed slot: from the cache, else the pool or the host.
@@ -270,5 +368,6 @@ impl DeviceHeap {
             self.counters.slabs_to_provider.fetch_add(1);
             self.system_deallocate(slab, SLAB_SIZE);
         }
+        self.memory_returned();
     }
 }
