@@ -212,3 +212,19 @@ fn a_module_of_another_context_is_refused() {
         Err(HostError::WrongDevice(_))
     ));
 }
+
+#[test]
+fn the_default_stream_is_one_stream_and_keeps_no_context_alive() {
+    let ctx = CudaContext::new(KERNELS).expect("context");
+    let weak = Arc::downgrade(&ctx);
+    {
+        let a = ctx.default_stream();
+        let b = ctx.default_stream();
+        assert!(Arc::ptr_eq(&a, &b), "two default streams");
+    }
+    drop(ctx);
+    assert!(
+        weak.upgrade().is_none(),
+        "the context outlived the program's last handle"
+    );
+}

@@ -91,6 +91,10 @@ impl Drop for Registration {
         // ORDERING: release: nothing after this may use the heap through the
         // registry (pairs with the acquire load in `owner_of`).
         HEAPS[self.entry].store(0, Ordering::Release);
+        // Lookups that loaded the address before the store may still read
+        // the heap's region: wait for them (they hold the read lock only
+        // while they read), so the heap can be freed after we return.
+        drop(exclusive());
     }
 }
 
@@ -108,7 +112,9 @@ pub(crate) fn owner_of(addr: u64) -> Option<&'static DeviceHeap> {
         // dropped (the contract of `register`); a pointer of a heap is only
         // freed while the heap lives (the allocation contract).
         let heap = unsafe { &*core::ptr::with_exposed_provenance::<DeviceHeap>(heap) };
-        let (base, len) = heap.region();
+        // Unhooked: a simulated lane must not reach a switch point (and
+        // let its worker run other code) while it holds the read lock.
+        let (base, len) = heap.region_unhooked();
         (addr >= base && addr - base < len).then_some(heap)
     })
 }

@@ -251,6 +251,15 @@ macro_rules! atomic_int {
                 self.0.fetch_min(value, Ordering::Relaxed)
             }
 
+            /// A relaxed load that is neither counted nor a simulator switch
+            /// point (host builds): for host code that must not yield while
+            /// it holds a lock (the registry's lookups).
+            #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
+            #[inline(always)]
+            pub fn load_unhooked(&self) -> $int {
+                self.0.load(Ordering::Relaxed)
+            }
+
             /// The address of the value (not under loom).
             #[cfg(not(loom))]
             #[inline(always)]

@@ -33,8 +33,9 @@
 //! reads that global.
 
 use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 
 use warpalloc_device::kernel::Entry;
@@ -63,7 +64,9 @@ pub struct CudaContext {
     device: Arc<Emulated>,
     kernels: &'static [Entry],
     sim: Mutex<warpalloc_sim::LaunchConfig>,
-    default_stream: OnceLock<Arc<CudaStream>>,
+    /// The default stream, while the program holds it (weak: a stream
+    /// holds its context, so a strong link here would keep both alive).
+    default_stream: Mutex<Weak<CudaStream>>,
 }
 
 impl std::fmt::Debug for CudaContext {
@@ -95,7 +98,7 @@ impl CudaContext {
                     .workers(std::thread::available_parallelism().map_or(1, |n| n.get()))
                     .convergence(Convergence::Converged),
             ),
-            default_stream: OnceLock::new(),
+            default_stream: Mutex::new(Weak::new()),
         }))
     }
 
@@ -120,12 +123,19 @@ impl CudaContext {
         }))
     }
 
-    /// The context's default stream.
+    /// The context's default stream: the same one while the program holds
+    /// it.
     pub fn default_stream(self: &Arc<Self>) -> Arc<CudaStream> {
-        Arc::clone(
-            self.default_stream
-                .get_or_init(|| Arc::new(CudaStream::new(self))),
-        )
+        let mut slot = self
+            .default_stream
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(stream) = slot.upgrade() {
+            return stream;
+        }
+        let stream = Arc::new(CudaStream::new(self));
+        *slot = Arc::downgrade(&stream);
+        stream
     }
 
     /// A new stream: its work runs in order on a thread of its own,
@@ -240,21 +250,29 @@ impl CudaStream {
         if worker.is_none() {
             let (send, receive) = mpsc::channel::<Job>();
             let queue = Arc::clone(&self.queue);
-            let device = Arc::clone(&self.ctx.device);
+            let activity = Arc::clone(self.ctx.device.activity());
             let handle = std::thread::Builder::new()
                 .name("warpalloc-stream".into())
                 .spawn(move || {
                     for job in receive {
-                        let result = job();
+                        // A panic in a job is its error: the counts below
+                        // must go down whatever happens, or every
+                        // synchronize would wait for ever.
+                        let result = catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|_| {
+                            Err(HostError::Launch {
+                                kernel: "(stream work)".into(),
+                                why: "it panicked".into(),
+                            })
+                        });
                         let (lock, done) = &*queue;
                         let mut q = lock.lock().unwrap_or_else(PoisonError::into_inner);
                         if let Err(e) = result {
                             q.error.get_or_insert(e);
                         }
-                        q.pending -= 1;
+                        q.pending = q.pending.saturating_sub(1);
                         done.notify_all();
                         drop(q);
-                        device.end_queued();
+                        activity.end();
                     }
                 })
                 .map_err(HostError::Stream)?;
@@ -268,7 +286,7 @@ impl CudaStream {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pending += 1;
-        self.ctx.device.begin_queued();
+        self.ctx.device.activity().begin();
         if send.send(job).is_err() {
             // The worker ended (it never does while we hold its sender).
             self.queue
@@ -276,7 +294,7 @@ impl CudaStream {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .pending -= 1;
-            self.ctx.device.end_queued();
+            self.ctx.device.activity().end();
             return Err(HostError::Stream(std::io::Error::other(
                 "the stream's worker thread ended",
             )));

@@ -95,12 +95,17 @@ pub struct DeviceHeap {
     hints: [AtomicU32; CLASS_COUNT],
     granules: GranuleTable<REGION_GRANULES>,
     cache: SlabCache<MAX_CACHE>,
-    /// 1 once the provider refused a slab, until memory comes back (a slab
-    /// disposed of, a large block freed, the host's `trim`): while set,
+    /// Set when the provider refused a slab, to the memory generation the
+    /// request was made in, plus one: the heap is exhausted while that is
+    /// still `memory_generation + 1` — until memory comes back (a slab
+    /// disposed of, a large block freed, the host's `trim`). A refusal that
+    /// raced with memory coming back is stale at once. While exhausted,
     /// `find_slab` claims no empty slot and scans a bounded window
     /// (`search.rs`), so an out-of-memory malloc costs about what a
     /// successful one does.
     exhausted: AtomicU32,
+    /// Bumped whenever memory comes back.
+    memory_generation: AtomicU32,
 }
 
 /// The layout of [`DeviceHeap`] as this build compiles it.
@@ -167,22 +172,40 @@ impl DeviceHeap {
             granules: GranuleTable::new(),
             cache: SlabCache::new(),
             exhausted: AtomicU32::new(0),
+            memory_generation: AtomicU32::new(0),
         }
     }
 
     /// Whether the provider refused a slab and no memory came back since.
     #[inline(always)]
     fn is_exhausted(&self) -> bool {
-        self.exhausted.load(Ordering::Relaxed) != 0
+        let mark = self.exhausted.load(Ordering::Relaxed);
+        mark != 0
+            && mark
+                == self
+                    .memory_generation
+                    .load(Ordering::Relaxed)
+                    .wrapping_add(1)
+    }
+
+    /// The memory generation now (read before asking the provider).
+    #[inline(always)]
+    fn memory_generation(&self) -> u32 {
+        self.memory_generation.load(Ordering::Relaxed)
+    }
+
+    /// The provider refused a request made in `generation`.
+    #[inline(always)]
+    fn refused(&self, generation: u32) {
+        self.exhausted
+            .store(generation.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Memory came back (a slab went to the cache, pool or host; a large
     /// block was freed; the host trimmed): new slabs may be had again.
     #[inline(always)]
     fn memory_returned(&self) {
-        if self.is_exhausted() {
-            self.exhausted.store(0, Ordering::Relaxed);
-        }
+        self.memory_generation.fetch_add(1);
     }
 
     // ----------------------------------------------------------------------
@@ -238,6 +261,16 @@ impl DeviceHeap {
         (
             self.config.region_base.load(Ordering::Relaxed),
             self.config.region_len.load(Ordering::Relaxed),
+        )
+    }
+
+    /// [`DeviceHeap::region`] without simulator switch points (host builds:
+    /// the registry reads it under a lock).
+    #[cfg(not(target_arch = "nvptx64"))]
+    pub(crate) fn region_unhooked(&self) -> (u64, u64) {
+        (
+            self.config.region_base.load_unhooked(),
+            self.config.region_len.load_unhooked(),
         )
     }
 

@@ -22,7 +22,10 @@
 //! that succeeds elsewhere moves it there, and a free into a full slab moves
 //! it to that slab. When the provider refuses a slab, the heap is marked
 //! exhausted until memory comes back (a slab disposed of, a large block
-//! freed, the host's `trim`). While it is, a search asks the host nothing,
+//! freed, the host's `trim`; a generation count makes a refusal that raced
+//! with such a return stale at once). A refusal that was only temporary on
+//! the host's side (its headroom check, fault injection, another process
+//! freeing device memory) stays in force until one of those happens. While it is, a search asks the host nothing,
 //! claims no empty slot (unless the cache or pool holds a slab) and looks at
 //! the hint and the `EXHAUSTED_WINDOW` slots from the class's start only; so
 //! an out-of-memory malloc costs about what a successful one does. Worst
@@ -257,16 +260,20 @@ impl DeviceHeap {
         if simt::lane_id() == leader {
             match guard.lock(n, may_claim) {
                 Lock::Acquired { slab: s, count: c } => (slab, count) = (s, c),
-                Lock::Claimed => match self.obtain_slab() {
-                    Some((s, clean)) => (slab, count, clean_words) = (s, FRESH, clean),
-                    None => {
-                        guard.abandon();
-                        // The provider refused: remember it until memory
-                        // comes back.
-                        self.exhausted.store(1, Ordering::Relaxed);
-                        count = NO_MEMORY;
+                Lock::Claimed => {
+                    let generation = self.memory_generation();
+                    match self.obtain_slab() {
+                        Some((s, clean)) => (slab, count, clean_words) = (s, FRESH, clean),
+                        None => {
+                            guard.abandon();
+                            // The provider refused: remember it until memory
+                            // comes back (stale at once if it came back
+                            // while we asked).
+                            self.refused(generation);
+                            count = NO_MEMORY;
+                        }
                     }
-                },
+                }
                 Lock::Empty => count = SKIP,
                 Lock::Creating => count = CREATING,
                 Lock::Busy => {}

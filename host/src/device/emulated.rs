@@ -43,10 +43,56 @@ pub const DEFAULT_MEMORY: u64 = 16 << 30;
 /// The CPU warp simulator as a device.
 pub struct Emulated {
     info: DeviceInfo,
-    /// Launches running now (on streams' threads or the caller's).
+    /// Work in progress (launches, queued stream work), shared with the
+    /// modules: what `synchronize` waits for.
+    activity: Arc<Activity>,
+}
+
+/// Work in progress on an emulated device.
+#[derive(Default)]
+pub(crate) struct Activity {
+    /// Launches running or queued now (on streams' threads or callers').
     running: Mutex<usize>,
     /// Signalled when `running` drops to 0.
     ended: Condvar,
+}
+
+impl Activity {
+    /// Counts one piece of work until [`Activity::end`].
+    pub(crate) fn begin(&self) {
+        *self.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    }
+
+    /// Ends what [`Activity::begin`] counted.
+    pub(crate) fn end(&self) {
+        let mut n = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.ended.notify_all();
+        }
+    }
+
+    /// Counts work until the guard drops (also on a panic).
+    pub(crate) fn guard(&self) -> Running<'_> {
+        self.begin();
+        Running(self)
+    }
+
+    fn wait_idle(&self) {
+        let mut n = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        while *n > 0 {
+            n = self.ended.wait(n).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Work in progress; ends it when dropped.
+pub(crate) struct Running<'a>(&'a Activity);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.end();
+    }
 }
 
 impl Emulated {
@@ -68,25 +114,7 @@ impl Emulated {
                 vmm_supported: true,
                 emulated: true,
             },
-            running: Mutex::new(0),
-            ended: Condvar::new(),
-        }
-    }
-}
-
-/// Work in progress on the emulated device.
-struct Running<'a>(&'a Emulated);
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        let mut n = self
-            .0
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *n -= 1;
-        if *n == 0 {
-            self.0.ended.notify_all();
+            activity: Arc::default(),
         }
     }
 }
@@ -95,18 +123,12 @@ impl Emulated {
     /// Loads a module (as `load_module`), as its concrete type.
     pub(crate) fn load(&self, text: &str) -> Result<Arc<EmulatedModule>, HostError> {
         let parsed = ptx::parse(text).map_err(HostError::InvalidPtx)?;
-        EmulatedModule::new(parsed).map(Arc::new)
+        EmulatedModule::new(parsed, Arc::clone(&self.activity)).map(Arc::new)
     }
 
-    /// Counts work queued on a stream until it ends (`synchronize` waits
-    /// for it); released with [`Emulated::end_queued`].
-    pub(crate) fn begin_queued(&self) {
-        *self.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-    }
-
-    /// Ends what [`Emulated::begin_queued`] counted.
-    pub(crate) fn end_queued(&self) {
-        drop(Running(self));
+    /// The device's work in progress (streams count their queued work).
+    pub(crate) fn activity(&self) -> &Arc<Activity> {
+        &self.activity
     }
 }
 
@@ -227,10 +249,7 @@ impl Device for Emulated {
     }
 
     fn synchronize(&self) -> Result<(), HostError> {
-        let mut n = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        while *n > 0 {
-            n = self.ended.wait(n).unwrap_or_else(PoisonError::into_inner);
-        }
+        self.activity.wait_idle();
         Ok(())
     }
 
@@ -252,6 +271,8 @@ impl Device for Emulated {
 
 /// An emulated module: its visible globals as host blocks.
 pub struct EmulatedModule {
+    /// The device's work in progress: launches count in it.
+    activity: Arc<Activity>,
     globals: Vec<(String, HostBlock)>,
     entries: Vec<String>,
     /// `WARPALLOC_HEAP`, when it is a heap link (8 bytes): the launches'
@@ -260,7 +281,7 @@ pub struct EmulatedModule {
 }
 
 impl EmulatedModule {
-    fn new(parsed: PtxModule) -> Result<EmulatedModule, HostError> {
+    fn new(parsed: PtxModule, activity: Arc<Activity>) -> Result<EmulatedModule, HostError> {
         let mut globals = Vec::new();
         for g in parsed.globals.iter().filter(|g| g.visible) {
             if g.symbolic {
@@ -282,6 +303,7 @@ impl EmulatedModule {
             .filter(|(_, b)| b.layout.size() == 8 && b.layout.align() >= 8)
             .map(|(_, b)| b.addr());
         Ok(EmulatedModule {
+            activity,
             globals,
             entries: parsed.entries,
             link,
@@ -333,6 +355,9 @@ impl Module for EmulatedModule {
         let mut cfg = sim.clone();
         cfg.grid_dim = grid;
         cfg.block_dim = block;
+        // Counted, so that `synchronize` (and with it a heap's stats, trim
+        // and drop on another thread) waits for this launch.
+        let _running = self.activity.guard();
         cfg.binding = self.binding();
         // SAFETY: forwarded from the caller; the binding is the heap linked
         // to the module, which outlives the launch (a heap unlinks its
