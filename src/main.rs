@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cli::bench::{self, BenchArgs};
-use cli::common::{Schedule, heap_config, open_heap};
+use cli::common::{Schedule, heap_config, launcher, open_heap};
 use cli::stress::{self, KERNELS, StressArgs};
 use warpalloc_host::backing::CudaVmm;
 use warpalloc_host::device::{Cuda, cuda};
@@ -176,11 +176,7 @@ fn main() -> ExitCode {
             schedule,
         } => (|| {
             let mut heap = open_heap(prefer, heap_config(pool_slabs, limit), schedule.schedule())?;
-            let sms = heap
-                .launcher()
-                .expect("a heap made with a launcher")
-                .info()
-                .multiprocessors;
+            let sms = launcher(&heap).info().multiprocessors;
             let args = StressArgs {
                 kernels: if kernels.is_empty() {
                     KERNELS.iter().map(|k| k.to_string()).collect()

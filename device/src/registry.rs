@@ -18,7 +18,7 @@
 //! [`WarpAlloc`]: crate::WarpAlloc
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::{PoisonError, RwLock, RwLockWriteGuard};
 
 use crate::DeviceHeap;
 
@@ -36,23 +36,6 @@ static COPYING: RwLock<()> = RwLock::new(());
 /// reads a heap's words while they are being copied over.
 pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
     COPYING.write().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The read lock, taken without blocking the OS thread: a simulated lane
-/// that waits here lets the simulator run its other lanes (one of which may
-/// hold the lock across a switch point of the region's atomics), so a
-/// waiting writer never deadlocks a simulator worker.
-fn read_lock() -> RwLockReadGuard<'static, ()> {
-    loop {
-        match COPYING.try_read() {
-            Ok(guard) => return guard,
-            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
-            Err(TryLockError::WouldBlock) if warpalloc_sim::in_launch() => {
-                warpalloc_sim::switch_point()
-            }
-            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
-        }
-    }
 }
 
 /// A registered heap; dropping it unregisters the heap.
@@ -100,7 +83,9 @@ impl Drop for Registration {
 
 /// The registered heap whose region holds `addr`, if any.
 pub(crate) fn owner_of(addr: u64) -> Option<&'static DeviceHeap> {
-    let _reading = read_lock();
+    // Held only while reading region words without switch points, so a
+    // lane never waits here for a lane of its own worker.
+    let _reading = COPYING.read().unwrap_or_else(PoisonError::into_inner);
     let used = USED.load(Ordering::Relaxed).min(CAPACITY);
     HEAPS[..used].iter().find_map(|entry| {
         // ORDERING: acquire: pairs with the release in `register`.

@@ -456,6 +456,11 @@ impl Heap {
     /// the requests they left (a `Free` does not wait for its answer).
     fn quiesce(&self) -> Result<(), HostError> {
         self.device.synchronize()?;
+        self.wait_for_server()
+    }
+
+    /// Waits for the server to take the requests the kernels left.
+    fn wait_for_server(&self) -> Result<(), HostError> {
         self.registration
             .wait_idle(QUIESCE_TIMEOUT)
             .map_err(HostError::ServerTimeout)
@@ -515,9 +520,7 @@ impl Heap {
         server::wake();
         // SAFETY: forwarded from the caller.
         let report = unsafe { launcher.launch(grid, block, args) }?;
-        self.registration
-            .wait_idle(QUIESCE_TIMEOUT)
-            .map_err(HostError::ServerTimeout)?;
+        self.wait_for_server()?;
         Ok(report)
     }
 

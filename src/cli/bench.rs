@@ -10,8 +10,8 @@ use warpalloc_host::{HostError, Prefer};
 use warpalloc_kernels_tests::stress::{alloc_free, drain, fill, lifetimes};
 
 use super::common::{
-    Schedule, buffer, bytes, launch, launch_report, mode_name, open_heap, rate, read_stats,
-    target_name,
+    Schedule, buffer, bytes, launch, launch_report, launcher, mode_name, open_heap, rate, read,
+    read_stats, target_name,
 };
 
 /// What `bench` measures.
@@ -255,14 +255,7 @@ fn fill_case(
         },
     )?;
     let requested: u64 = {
-        let (s, c) = (
-            heap.launcher()
-                .expect("a heap made with a launcher")
-                .read(&sizes)?,
-            heap.launcher()
-                .expect("a heap made with a launcher")
-                .read(&counts)?,
-        );
+        let (s, c) = (read(&heap, &sizes)?, read(&heap, &counts)?);
         c.iter()
             .enumerate()
             .map(|(t, &k)| {
@@ -337,9 +330,7 @@ pub fn bench(
     let mut rows = Vec::new();
     let probe = open_heap(prefer, HeapConfig::default(), schedule)?;
     let target = target_name(&probe);
-    let resident = probe
-        .launcher()
-        .map_or(1024, |l| l.info().resident_warps() as u32 * 32);
+    let resident = launcher(&probe).info().resident_warps() as u32 * 32;
     drop(probe);
     // Default: a quarter of the device's resident threads, all of them, and
     // four times as many.

@@ -31,11 +31,15 @@ pub fn open_heap(
     Heap::new(launcher, config)
 }
 
+/// The launcher of a heap from [`open_heap`] (which always has one).
+pub fn launcher(heap: &Heap) -> &Launcher {
+    heap.launcher()
+        .expect("open_heap makes every heap with a launcher")
+}
+
 /// Where the heap's kernels run, in words.
 pub fn target_name(heap: &Heap) -> String {
-    heap.launcher()
-        .expect("a heap made with a launcher")
-        .to_string()
+    launcher(heap).to_string()
 }
 
 /// A zeroed buffer of `n` elements where the heap's kernels can reach it.
@@ -43,9 +47,12 @@ pub fn buffer<T>(heap: &Heap, n: usize) -> Result<Buffer<T>, HostError>
 where
     T: bytemuck::Pod,
 {
-    heap.launcher()
-        .expect("a heap made with a launcher")
-        .alloc_zeroed(n.max(1))
+    launcher(heap).alloc_zeroed(n.max(1))
+}
+
+/// Copies a buffer of the heap's launcher back to the host.
+pub fn read<T: bytemuck::Pod>(heap: &Heap, buffer: &Buffer<T>) -> Result<Vec<T>, HostError> {
+    launcher(heap).read(buffer)
 }
 
 /// Launches `args` and returns what the launch did (wall time, and the
@@ -68,18 +75,12 @@ pub fn launch<K: Kernel>(
     threads: u32,
     args: K,
 ) -> Result<Duration, HostError> {
-    // SAFETY: every caller builds `args` from buffers of this module, sized
-    // for the grid, alive until this returns.
-    let report = unsafe { heap.launch((blocks, 1, 1), (threads, 1, 1), args) }?;
-    Ok(report.elapsed)
+    Ok(launch_report(heap, blocks, threads, args)?.elapsed)
 }
 
 /// Reads a stats buffer.
 pub fn read_stats(heap: &Heap, stats: &Buffer<u64>) -> Result<Stats, HostError> {
-    let words = heap
-        .launcher()
-        .expect("a heap made with a launcher")
-        .read(stats)?;
+    let words = read(heap, stats)?;
     let mut w = [0u64; STATS_WORDS];
     for (o, v) in w.iter_mut().zip(words) {
         *o = v;

@@ -15,7 +15,7 @@ use warpalloc_kernels_tests::stress::{
     SWEEP_SIZES, Stats, aligned, churn, drain, drain_transfer, fill, lifetimes, resize, size_sweep,
 };
 
-use super::common::{buffer, bytes, launch, mode_name, rate, read_stats, target_name};
+use super::common::{buffer, bytes, launch, mode_name, rate, read, read_stats, target_name};
 
 /// The stress runs, by the name of the PTX kernel each is built around (a
 /// run may launch a helper kernel after it: `churn` drains its handoffs with
@@ -197,15 +197,9 @@ fn run_fill(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
             },
         )?;
         let (p, s, c) = (
-            heap.launcher()
-                .expect("a heap made with a launcher")
-                .read(&ptrs)?,
-            heap.launcher()
-                .expect("a heap made with a launcher")
-                .read(&sizes)?,
-            heap.launcher()
-                .expect("a heap made with a launcher")
-                .read(&counts)?,
+            read(heap, &ptrs)?,
+            read(heap, &sizes)?,
+            read(heap, &counts)?,
         );
         let (base, len) = heap.region();
         let mut blocks = Vec::new();

@@ -51,6 +51,50 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// A driver result with `CUDA_ERROR_NOT_FOUND` turned into the named
+/// symbol's `MissingSymbol`.
+fn found<T>(result: Result<T, HostError>, what: &'static str, name: &str) -> Result<T, HostError> {
+    match result {
+        Err(HostError::Driver { source, .. })
+            if source.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND =>
+        {
+            Err(HostError::MissingSymbol {
+                what,
+                name: name.to_string(),
+            })
+        }
+        other => other,
+    }
+}
+
+/// Launches `function` with `kernel`'s parameters on `stream` and waits.
+///
+/// # Safety
+/// `function` belongs to a live module of the stream's context, bound to
+/// this thread; the caller vouches for what the parameters point to (as for
+/// `Kernel::run`).
+unsafe fn launch_and_wait(
+    stream: &CudaStream,
+    function: sys::CUfunction,
+    kernel: &mut dyn Launch,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+) -> Result<LaunchReport, HostError> {
+    let mut params = kernel.params();
+    let start = Instant::now();
+    // SAFETY: `function` is live (the caller's contract); `params` holds one
+    // pointer per kernel parameter, each to a value of the declared type in
+    // `kernel`, which outlives the call.
+    guarded("cuLaunchKernel", || unsafe {
+        result::launch_kernel(function, grid, block, 0, stream.cu_stream(), &mut params)
+    })?;
+    guarded("cuStreamSynchronize", || stream.synchronize())?;
+    Ok(LaunchReport {
+        elapsed: start.elapsed(),
+        simulator: None,
+    })
+}
+
 /// A GPU through the CUDA driver: a context and the stream launches use.
 pub struct Cuda {
     ctx: Arc<CudaContext>,
@@ -263,7 +307,7 @@ impl Module for LinkedModule {
         self.stream
             .context()
             .record_err(self.stream.context().bind_to_thread());
-        match guarded("cuModuleGetGlobal", || {
+        let global = guarded("cuModuleGetGlobal", || {
             self.module.get_global(name, &self.stream).map(|view| {
                 let (addr, _synced) = view.device_ptr(&self.stream);
                 Global {
@@ -271,17 +315,8 @@ impl Module for LinkedModule {
                     size: view.len(),
                 }
             })
-        }) {
-            Err(HostError::Driver { source, .. })
-                if source.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND =>
-            {
-                Err(HostError::MissingSymbol {
-                    what: "global",
-                    name: name.to_string(),
-                })
-            }
-            other => other,
-        }
+        });
+        found(global, "global", name)
     }
 
     fn has_kernel(&self, name: &str) -> bool {
@@ -295,29 +330,16 @@ impl Module for LinkedModule {
         block: (u32, u32, u32),
         _sim: &LaunchConfig,
     ) -> Result<LaunchReport, HostError> {
-        let function = guarded("cuModuleGetFunction", || {
-            self.module.load_function(kernel.name())
-        })?;
-        let mut params = kernel.params();
-        let start = Instant::now();
-        // SAFETY: as in `CudaModule::launch`: a live function of this
-        // context, one pointer per parameter, the caller's contract for what
-        // they point to.
-        guarded("cuLaunchKernel", || unsafe {
-            result::launch_kernel(
-                function.cu_function(),
-                grid,
-                block,
-                0,
-                self.stream.cu_stream(),
-                &mut params,
-            )
-        })?;
-        guarded("cuStreamSynchronize", || self.stream.synchronize())?;
-        Ok(LaunchReport {
-            elapsed: start.elapsed(),
-            simulator: None,
-        })
+        let function = found(
+            guarded("cuModuleGetFunction", || {
+                self.module.load_function(kernel.name())
+            }),
+            "kernel",
+            kernel.name(),
+        )?;
+        // SAFETY: a function of the caller's live module, in the stream's
+        // context; the parameters are the caller's contract.
+        unsafe { launch_and_wait(&self.stream, function.cu_function(), kernel, grid, block) }
     }
 }
 
@@ -405,16 +427,10 @@ impl CudaModule {
         let c_name = CString::new(name).map_err(|_| missing())?;
         guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
         // SAFETY: `raw` is a live module of `ctx`, bound above.
-        match guarded("cuModuleGetFunction", || unsafe {
+        let function = guarded("cuModuleGetFunction", || unsafe {
             result::module::get_function(self.raw, c_name)
-        }) {
-            Err(HostError::Driver { source, .. })
-                if source.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND =>
-            {
-                Err(missing())
-            }
-            other => other,
-        }
+        });
+        found(function, "kernel", name)
     }
 }
 
@@ -427,17 +443,10 @@ impl Module for CudaModule {
         let c_name = CString::new(name).map_err(|_| missing())?;
         guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
         // SAFETY: `raw` is a live module of `ctx`, bound above.
-        match guarded("cuModuleGetGlobal", || unsafe {
+        let global = guarded("cuModuleGetGlobal", || unsafe {
             result::module::get_global(self.raw, c_name)
-        }) {
-            Ok((addr, size)) => Ok(Global { addr, size }),
-            Err(HostError::Driver { source, .. })
-                if source.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND =>
-            {
-                Err(missing())
-            }
-            Err(e) => Err(e),
-        }
+        });
+        found(global, "global", name).map(|(addr, size)| Global { addr, size })
     }
 
     fn has_kernel(&self, name: &str) -> bool {
@@ -452,27 +461,9 @@ impl Module for CudaModule {
         _sim: &LaunchConfig,
     ) -> Result<LaunchReport, HostError> {
         let function = self.function(kernel.name())?;
-        let mut params = kernel.params();
-        let start = Instant::now();
-        // SAFETY: `function` comes from a live module of this context (bound
-        // by `function`); `params` holds one pointer per kernel parameter,
-        // each to a value of the declared type in `kernel`, which outlives
-        // the call; the caller vouches for what the parameters point to.
-        guarded("cuLaunchKernel", || unsafe {
-            result::launch_kernel(
-                function,
-                grid,
-                block,
-                0,
-                self.stream.cu_stream(),
-                &mut params,
-            )
-        })?;
-        guarded("cuStreamSynchronize", || self.stream.synchronize())?;
-        Ok(LaunchReport {
-            elapsed: start.elapsed(),
-            simulator: None,
-        })
+        // SAFETY: `function` comes from this live module, bound to this
+        // thread by `function`; the parameters are the caller's contract.
+        unsafe { launch_and_wait(&self.stream, function, kernel, grid, block) }
     }
 }
 
