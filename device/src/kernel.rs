@@ -81,6 +81,11 @@ pub trait Param: Copy {
     /// The value in `bytes` (native endianness), or `None` when `bytes` is
     /// not exactly `size_of::<Self>()` long.
     fn from_bytes(bytes: &[u8]) -> Option<Self>;
+
+    /// The bytes a launch passes for the value (native endianness; a
+    /// pointer's exposed address): what [`Param::from_bytes`] reads back.
+    #[cfg(not(target_arch = "nvptx64"))]
+    fn to_bytes(&self) -> std::vec::Vec<u8>;
 }
 
 macro_rules! plain_params {
@@ -88,6 +93,11 @@ macro_rules! plain_params {
         impl Param for $t {
             fn from_bytes(bytes: &[u8]) -> Option<Self> {
                 Some(<$t>::from_ne_bytes(bytes.try_into().ok()?))
+            }
+
+            #[cfg(not(target_arch = "nvptx64"))]
+            fn to_bytes(&self) -> std::vec::Vec<u8> {
+                self.to_ne_bytes().to_vec()
             }
         }
     )*};
@@ -100,6 +110,11 @@ impl<T> Param for *mut T {
             bytes,
         )?))
     }
+
+    #[cfg(not(target_arch = "nvptx64"))]
+    fn to_bytes(&self) -> std::vec::Vec<u8> {
+        self.expose_provenance().to_bytes()
+    }
 }
 
 impl<T> Param for *const T {
@@ -107,6 +122,11 @@ impl<T> Param for *const T {
         Some(core::ptr::with_exposed_provenance(usize::from_bytes(
             bytes,
         )?))
+    }
+
+    #[cfg(not(target_arch = "nvptx64"))]
+    fn to_bytes(&self) -> std::vec::Vec<u8> {
+        self.expose_provenance().to_bytes()
     }
 }
 

@@ -38,7 +38,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 
-use warpalloc_device::kernel::Entry;
+use warpalloc_device::kernel::{Entry, Param};
 use warpalloc_sim::Convergence;
 
 pub use cudarc::driver::LaunchConfig;
@@ -439,36 +439,6 @@ impl<T> CudaSlice<T> {
     }
 }
 
-/// A value that is a kernel argument by its bytes (cudarc's `DeviceRepr`):
-/// integers, floats and raw pointers.
-pub trait DeviceRepr {
-    /// The bytes the kernel receives.
-    fn bytes(&self) -> Vec<u8>;
-}
-
-macro_rules! plain_repr {
-    ($($t:ty),*) => {$(
-        impl DeviceRepr for $t {
-            fn bytes(&self) -> Vec<u8> {
-                self.to_ne_bytes().to_vec()
-            }
-        }
-    )*};
-}
-plain_repr!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize, f32, f64);
-
-impl<T> DeviceRepr for *mut T {
-    fn bytes(&self) -> Vec<u8> {
-        self.expose_provenance().to_ne_bytes().to_vec()
-    }
-}
-
-impl<T> DeviceRepr for *const T {
-    fn bytes(&self) -> Vec<u8> {
-        self.expose_provenance().to_ne_bytes().to_vec()
-    }
-}
-
 /// A launch being built (cudarc's `LaunchArgs`).
 pub struct LaunchArgs<'a> {
     stream: &'a CudaStream,
@@ -484,9 +454,11 @@ pub trait PushKernelArg<T> {
     fn arg(&mut self, arg: T) -> &mut Self;
 }
 
-impl<'a, 'b: 'a, T: DeviceRepr> PushKernelArg<&'b T> for LaunchArgs<'a> {
+/// A plain value (integer, float, raw pointer) by its bytes: the kernel's
+/// `Param`, as cudarc's `DeviceRepr`.
+impl<'a, 'b: 'a, T: Param> PushKernelArg<&'b T> for LaunchArgs<'a> {
     fn arg(&mut self, arg: &'b T) -> &mut Self {
-        self.params.push(arg.bytes());
+        self.params.push(arg.to_bytes());
         self
     }
 }
