@@ -47,6 +47,10 @@ pub use toolchain::{LLVM_TOOLS, REQUIRED_COMPONENTS, Toolchain, toolchain_name};
 
 /// The rustc target the kernels are built for.
 pub const TARGET: &str = "nvptx64-nvidia-cuda";
+/// The environment variable that names the nested build's target directory
+/// when [`PtxBuilder::target_dir`] is not called (the architecture is
+/// appended).
+pub const TARGET_DIR_ENV: &str = "WARPALLOC_PTX_TARGET_DIR";
 
 /// The command that installs what the builder needs, for `toolchain`.
 pub fn component_fix_command(toolchain: &str) -> String {
@@ -270,8 +274,11 @@ impl PtxBuilder {
     /// The nested build's target directory. The architecture is appended. Default:
     /// `<target dir>/warpalloc-ptx/<arch>` next to the outer build's profile
     /// directories when run from a build script, else
-    /// `<kernel crate>/target/warpalloc-ptx/<arch>`. Keeping it stable means `core`
-    /// is compiled once, not on every build.
+    /// `<kernel crate>/target/warpalloc-ptx/<arch>`; the environment variable
+    /// [`TARGET_DIR_ENV`] overrides both defaults (so that builds with another
+    /// outer target directory, such as `cargo miri`'s, share one nested
+    /// build). Keeping it stable means `core` is compiled once, not on every
+    /// build.
     pub fn target_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.target_dir = Some(dir.into());
         self
@@ -442,6 +449,7 @@ impl PtxBuilder {
         let dependencies = self.dependencies(&tc, &built, &manifest, &target_dir)?;
         let syms = symbols(&ptx);
         if directives {
+            println!("cargo:rerun-if-env-changed={TARGET_DIR_ENV}");
             for d in &dependencies {
                 println!("cargo:rerun-if-changed={}", d.display());
             }
@@ -496,9 +504,11 @@ impl PtxBuilder {
     }
 
     fn nested_target_dir(&self, crate_dir: &Path) -> PathBuf {
-        let base = match &self.target_dir {
-            Some(d) => d.clone(),
-            None => std::env::var_os("OUT_DIR")
+        let from_env = std::env::var_os(TARGET_DIR_ENV).filter(|d| !d.is_empty());
+        let base = match (&self.target_dir, from_env) {
+            (Some(d), _) => d.clone(),
+            (None, Some(d)) => PathBuf::from(d),
+            (None, None) => std::env::var_os("OUT_DIR")
                 .map(PathBuf::from)
                 // OUT_DIR = <target>/[<triple>/]<profile>/build/<pkg>-<hash>/out
                 .and_then(|o| o.ancestors().nth(4).map(|t| t.join("warpalloc-ptx")))

@@ -13,6 +13,7 @@
 //! Invariant: every non-zero entry is a slab that no slot publishes and that
 //! is mapped and clean (all bitfield bits zero), owned by the cache.
 
+use crate::index::wrap;
 use crate::simt::Scope;
 use crate::sync::{AtomicU32, AtomicU64, Ordering, SharedArray, fence};
 
@@ -56,11 +57,17 @@ impl<const N: usize> SlabCache<N> {
         // its header) happen-before the popper's use; pairs with the acquire
         // fence in `pop`.
         fence(Ordering::Release, Scope::Gpu);
-        let start = self.hint.load(Ordering::Relaxed) as usize;
+        let limit = limit as u32;
+        let start = self.start(limit);
         for i in 0..limit {
-            let at = (start + i) % limit;
-            if self.entries.get(at).compare_exchange(0, slab).is_ok() {
-                self.hint.store(at as u32, Ordering::Relaxed);
+            let at = wrap(start, i, limit);
+            if self
+                .entries
+                .get(at as usize)
+                .compare_exchange(0, slab)
+                .is_ok()
+            {
+                self.hint.store(at, Ordering::Relaxed);
                 return true;
             }
         }
@@ -73,12 +80,15 @@ impl<const N: usize> SlabCache<N> {
         if limit == 0 {
             return None;
         }
-        let start = self.hint.load(Ordering::Relaxed) as usize;
+        let limit = limit as u32;
+        let start = self.start(limit);
         for i in 0..limit {
-            let at = (start + limit - i) % limit;
+            // From the hint downwards, wrapping.
+            let at = wrap(start, limit - i, limit);
+            let entry = self.entries.get(at as usize);
             // A cheap look first: most entries are empty when the cache is.
-            if self.entries.get(at).load(Ordering::Relaxed) != 0 {
-                let slab = self.entries.get(at).swap(0);
+            if entry.load(Ordering::Relaxed) != 0 {
+                let slab = entry.swap(0);
                 if slab != 0 {
                     // ORDERING: acquire (gpu), pairs with the release fence
                     // in `push`.
@@ -98,9 +108,17 @@ impl<const N: usize> SlabCache<N> {
         limit != 0
             && self
                 .entries
-                .get(self.hint.load(Ordering::Relaxed) as usize % limit)
+                .get(self.start(limit as u32) as usize)
                 .load(Ordering::Relaxed)
                 != 0
+    }
+
+    /// Where scans start: the hint, or 0 when it lies beyond `limit` (the
+    /// limit shrank).
+    #[inline(always)]
+    fn start(&self, limit: u32) -> u32 {
+        let hint = self.hint.load(Ordering::Relaxed);
+        if hint < limit { hint } else { 0 }
     }
 
     /// Takes every cached slab, calling `f` on each (host side, when no

@@ -207,6 +207,14 @@ impl Default for RefCount {
     }
 }
 
+/// A count as the slab search uses it: 32 bits (a slab has at most
+/// 131 072 blocks, and lanes in flight are far fewer than 2^31), so that
+/// the search's arithmetic stays in single registers.
+#[inline(always)]
+fn narrow(count: u64) -> u32 {
+    count.min(u64::from(u32::MAX)) as u32
+}
+
 /// What a lock attempt found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lock {
@@ -216,7 +224,7 @@ pub enum Lock {
         /// The slab's address.
         slab: u64,
         /// The count after the acquire.
-        count: u64,
+        count: u32,
     },
     /// The slot was empty and the caller claimed it: it must create a slab
     /// and [`Guard::publish`] it, or [`Guard::abandon`] the claim.
@@ -259,7 +267,8 @@ impl Guard {
 
     /// Tries to take `n` references to the slot's slab, claiming the slot
     /// when it is empty and `may_claim`. One lane calls it for its group.
-    pub fn lock(&self, n: u64, may_claim: bool) -> Lock {
+    pub fn lock(&self, n: u32, may_claim: bool) -> Lock {
+        let n = u64::from(n);
         let mut seen = self.ptr.load(Ordering::Relaxed);
         if seen == 0 {
             if !may_claim {
@@ -304,7 +313,10 @@ impl Guard {
             let _ = self.refs.release(n);
             return Lock::Creating;
         }
-        Lock::Acquired { slab, count }
+        Lock::Acquired {
+            slab,
+            count: narrow(count),
+        }
     }
 
     /// Publishes a slab created after [`Lock::Claimed`], with `n`
@@ -313,11 +325,11 @@ impl Guard {
     /// The count is set *before* the pointer appears, so that no locker can
     /// take the slab and release it to zero — destroying it — before the
     /// publishers' references count.
-    pub fn publish(&self, slab: u64, n: u64) -> u64 {
+    pub fn publish(&self, slab: u64, n: u32) -> u32 {
         if planted(PUBLISH_BEFORE_COUNT) {
             self.ptr.store(slab, Ordering::Relaxed);
         }
-        self.refs.establish(n);
+        self.refs.establish(u64::from(n));
         // ORDERING: release (gpu): the slab's header and zeroed bitfield,
         // and the count above, happen-before any lane that acquires the slab
         // (pairs with the acquire fence in `lock`).
@@ -336,12 +348,12 @@ impl Guard {
     /// Gives back `n` references. Returns the slab's address when the caller
     /// now owns its destruction: it must dispose of the slab, then call
     /// [`Guard::vacate`].
-    pub fn unlock(&self, n: u64) -> Option<u64> {
+    pub fn unlock(&self, n: u32) -> Option<u64> {
         // ORDERING: release (gpu): our accesses to the slab (block data,
         // bitfield) happen-before its destruction by whichever lane wins it;
         // pairs with the acquire fence below on the winning side.
         fence(Ordering::Release, Scope::Gpu);
-        if !self.refs.release(n) {
+        if !self.refs.release(u64::from(n)) {
             return None;
         }
         // ORDERING: acquire (gpu): everything the other holders did to the
@@ -361,8 +373,8 @@ impl Guard {
     }
 
     /// The slot's count, or 0 when it is empty or dying.
-    pub fn use_count(&self) -> u64 {
-        self.refs.read()
+    pub fn use_count(&self) -> u32 {
+        narrow(self.refs.read())
     }
 
     /// The published slab, if any (no reference taken: for checks only).

@@ -69,6 +69,7 @@ pub mod granule;
 pub mod guard;
 #[cfg(not(loom))]
 pub mod heap;
+pub mod index;
 pub mod kernel;
 #[cfg(all(target_arch = "nvptx64", feature = "panic-handler"))]
 mod panic;

@@ -98,6 +98,9 @@ pub struct Geometry {
     pub data: u32,
     /// Blocks (and meaningful bits) per slab.
     pub usable: u32,
+    /// `index::magic(block)`: a block's index from its offset by a
+    /// multiplication (`index::divide`).
+    pub magic: u64,
 }
 
 impl Geometry {
@@ -118,6 +121,7 @@ impl Geometry {
             words,
             data,
             usable,
+            magic: crate::index::magic(block),
         }
     }
 
@@ -139,6 +143,7 @@ pub const CLASSES: [Geometry; CLASS_COUNT] = {
         words: 0,
         data: 0,
         usable: 0,
+        magic: 0,
     }; CLASS_COUNT];
     let mut n = 0;
     let mut bytes = 1u32;

@@ -17,6 +17,7 @@
 //! set by exactly one lane (the one whose `fetch_or` turned it from 0 to 1)
 //! and cleared by exactly one (whose `fetch_and` turned it from 1 to 0).
 
+use crate::index::{OFFSET_BITS, divide, reduce, wrap};
 use crate::simt::{self, Backoff, Scope};
 use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SIZE, WORD_BITS, class_index, geometry};
 use crate::sync::{AtomicU32, Ordering, fence};
@@ -143,8 +144,12 @@ impl Slab {
     #[inline(always)]
     pub fn index_of(self, addr: u64, geo: Geometry) -> Option<u32> {
         let offset = addr.checked_sub(self.0 + u64::from(geo.data))?;
-        let index = offset / u64::from(geo.block);
-        (index < u64::from(geo.usable)).then_some(index as u32)
+        // Within the slab, so the multiply is an exact division.
+        let offset = u32::try_from(offset)
+            .ok()
+            .filter(|&o| o < 1 << OFFSET_BITS)?;
+        let index = divide(offset, geo.magic);
+        (index < geo.usable).then_some(index)
     }
 
     /// The address of block `index`.
@@ -166,12 +171,13 @@ impl Slab {
     /// # Safety
     /// Each lane holds a reservation on this live slab (a successful lock
     /// whose position is ≤ `geo.usable`), so a free bit exists for it.
-    pub unsafe fn allocate(self, uniform: u32, reserved: u64, geo: Geometry) -> u64 {
+    pub unsafe fn allocate(self, uniform: u32, reserved: u32, geo: Geometry) -> u64 {
         let bits = geo.usable.max(1);
         let mut state = entropy();
         let lead = simt::leader(uniform);
-        let first = simt::shfl_u64(uniform, reserved.saturating_sub(1), lead);
-        let mut start = (first % u64::from(bits)) as u32;
+        let first = simt::shfl_u32(uniform, reserved.saturating_sub(1), lead);
+        // A position is at most `usable` (the caller's contract).
+        let mut start = if first < bits { first } else { 0 };
         let mut result = 0u64;
         let mut waiting = uniform;
         let mut backoff = Backoff::new();
@@ -180,7 +186,9 @@ impl Slab {
                 // Lanes still looking: `waiting`, all of them here.
                 let lt = simt::lanemask_lt();
                 let id = (waiting & lt).count_ones();
-                let index = (start + id) % bits;
+                // `start < bits` and `id <` the group's size `≤ bits` (each
+                // lane holds a reservation).
+                let index = wrap(start, id, bits);
                 let word = index / WORD_BITS;
                 let bit = index % WORD_BITS;
                 // Runs of lanes whose bits are consecutive in one word: a run
@@ -214,7 +222,7 @@ impl Slab {
                     let free = !after;
                     let mut next = word * WORD_BITS + free.trailing_zeros();
                     if free == 0 || next >= bits {
-                        next = (xorshift32(&mut state) % bits) & !(WORD_BITS - 1);
+                        next = reduce(xorshift32(&mut state), bits) & !(WORD_BITS - 1);
                         backoff.snooze();
                     }
                     start = simt::shfl_u32(still, next, simt::leader(still));

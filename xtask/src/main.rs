@@ -170,7 +170,13 @@ fn test(steps: &mut Steps) -> Result<()> {
     steps.run("miri", || {
         for args in MIRI_RUNS {
             let mut cmd = cargo(&["miri", "test"]);
-            cmd.args(*args);
+            // The embedded PTX: Miri's target directory would otherwise get
+            // a nested nvptx build (core included) of its own; the tests
+            // step built the same one already.
+            cmd.args(*args).env(
+                warpalloc_builder::TARGET_DIR_ENV,
+                root().join("target").join("warpalloc-ptx"),
+            );
             if std::env::var_os("MIRIFLAGS").is_none() {
                 cmd.env("MIRIFLAGS", MIRI_FLAGS);
             }

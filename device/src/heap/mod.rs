@@ -469,7 +469,7 @@ impl DeviceHeap {
     fn free_small(&self, lane_mask: u32, base: u64, slot: u32, addr: u64) {
         let uniform = simt::match_any_u64(lane_mask, base);
         let leader = simt::leader(uniform);
-        let n = u64::from(uniform.count_ones());
+        let n = uniform.count_ones();
         let slot_ok = (slot as usize) < MAX_SLOTS;
         let mut live = 0u32;
         if simt::lane_id() == leader && slot_ok {
@@ -503,7 +503,7 @@ impl DeviceHeap {
             self.errors.record(counter, addr);
         }
         let blocks_freed = simt::ballot(uniform, freed).count_ones();
-        self.release_slot(slot, uniform, n + u64::from(blocks_freed));
+        self.release_slot(slot, uniform, n + blocks_freed);
         // A free into a full slab gives it room: point the class's hint at
         // it, so that the class's next malloc (and an exhausted heap's
         // bounded search) finds it. One load, by the group's leader.
@@ -512,8 +512,8 @@ impl DeviceHeap {
             && let Some(g) = geo
         {
             let after = self.slot(slot).use_count();
-            let usable = u64::from(g.usable);
-            if after != 0 && after < usable && after + u64::from(blocks_freed) >= usable {
+            let usable = g.usable;
+            if after != 0 && after < usable && after + blocks_freed >= usable {
                 self.class_hint(class_index(g.block))
                     .store(slot + 1, Ordering::Relaxed);
             }

@@ -37,6 +37,7 @@ use super::DeviceHeap;
 use crate::abi::ProviderKind;
 use crate::granule::Granule;
 use crate::guard::{Lock, MAX_TRIES};
+use crate::index::{reduce, wrap};
 use crate::simt;
 use crate::size_class::{SLAB_SIZE, geometry};
 use crate::slab::Slab;
@@ -44,13 +45,13 @@ use crate::sync::Ordering;
 
 /// `count` from a lock that claimed an empty slot: the group must create the
 /// slab.
-const FRESH: u64 = u64::MAX;
+const FRESH: u32 = u32::MAX;
 /// `count` from a lock whose claim found no memory.
-const NO_MEMORY: u64 = u64::MAX - 1;
+const NO_MEMORY: u32 = u32::MAX - 1;
 /// `count` from a lock of an empty slot the lane may not claim: move on.
-const SKIP: u64 = u64::MAX - 2;
+const SKIP: u32 = u32::MAX - 2;
 /// `count` from a lock of a slot being created: wait for it.
-const CREATING: u64 = u64::MAX - 3;
+const CREATING: u32 = u32::MAX - 3;
 
 /// Slots an out-of-memory search looks at after the class's hint: the scan
 /// is bounded, so a malloc that returns null because the heap is full costs
@@ -63,7 +64,7 @@ pub(super) const EXHAUSTED_WINDOW: u32 = 32;
 #[derive(Clone, Copy)]
 pub(super) struct Found {
     pub(super) slab: u64,
-    pub(super) reserved: u64,
+    pub(super) reserved: u32,
     pub(super) uniform: u32,
 }
 
@@ -77,7 +78,7 @@ fn start_slot(class: usize, slot_count: u32) -> u32 {
     x ^= x >> 13;
     x = x.wrapping_mul(0xc2b2_ae35);
     x ^= x >> 16;
-    x % slot_count.max(1)
+    reduce(x, slot_count)
 }
 
 impl DeviceHeap {
@@ -85,8 +86,9 @@ impl DeviceHeap {
     #[inline(always)]
     fn hint(&self, class: usize, slot_count: u32) -> u32 {
         match self.class_hint(class).load(Ordering::Relaxed) {
-            0 => start_slot(class, slot_count),
-            h => (h - 1) % slot_count.max(1),
+            // A hint beyond the table (the host shrank it) is no hint.
+            h if h.wrapping_sub(1) < slot_count => h - 1,
+            _ => start_slot(class, slot_count),
         }
     }
 
@@ -94,7 +96,7 @@ impl DeviceHeap {
     /// a reservation on it.
     pub(super) fn find_slab(&self, lane_mask: u32, class: usize) -> Found {
         let geo = geometry(class);
-        let usable = u64::from(geo.usable);
+        let usable = geo.usable;
         let slot_count = self.slot_count();
         let hint = self.hint(class, slot_count);
         let base = start_slot(class, slot_count);
@@ -149,7 +151,7 @@ impl DeviceHeap {
             let index = if offset == 0 {
                 hint
             } else {
-                (base + offset - 1) % slot_count.max(1)
+                wrap(base, offset - 1, slot_count)
             };
             let guard = self.slot(index);
             // A slot whose count is 0 is empty (or dying): worth a lock only
@@ -219,7 +221,7 @@ impl DeviceHeap {
         base: u32,
         from: u32,
         limit: u32,
-        usable: u64,
+        usable: u32,
         slot_count: u32,
     ) -> u32 {
         let lanes = lane_mask.count_ones();
@@ -228,7 +230,7 @@ impl DeviceHeap {
         while at <= limit {
             let mine = at + rank;
             let room = mine <= limit && {
-                let count = self.slot((base + mine - 1) % slot_count.max(1)).use_count();
+                let count = self.slot(wrap(base, mine - 1, slot_count)).use_count();
                 count > 0 && count < usable
             };
             let hits = simt::ballot(lane_mask, room);
@@ -252,11 +254,11 @@ impl DeviceHeap {
         index: u32,
         class: usize,
         may_claim: bool,
-    ) -> (u64, u64) {
+    ) -> (u64, u32) {
         let leader = simt::leader(group);
-        let n = u64::from(group.count_ones());
+        let n = group.count_ones();
         let guard = self.slot(index);
-        let (mut slab, mut count, mut clean_words) = (0u64, 0u64, 0u32);
+        let (mut slab, mut count, mut clean_words) = (0u64, 0u32, 0u32);
         if simt::lane_id() == leader {
             match guard.lock(n, may_claim) {
                 Lock::Acquired { slab: s, count: c } => (slab, count) = (s, c),
@@ -280,7 +282,7 @@ impl DeviceHeap {
             }
         }
         let slab = simt::shfl_u64(lane_mask, slab, leader);
-        let mut count = simt::shfl_u64(lane_mask, count, leader);
+        let mut count = simt::shfl_u32(lane_mask, count, leader);
         if slab == 0 {
             return (0, count);
         }
@@ -296,9 +298,9 @@ impl DeviceHeap {
                 }
                 count = guard.publish(slab, n);
             }
-            count = simt::shfl_u64(group, count, leader);
+            count = simt::shfl_u32(group, count, leader);
         }
-        let rank = u64::from((group & simt::lanemask_lt()).count_ones());
+        let rank = (group & simt::lanemask_lt()).count_ones();
         (slab, count - n + rank + 1)
     }
 
@@ -342,11 +344,11 @@ impl DeviceHeap {
     /// lowest lane of `mask` does it); disposes of the slab if that was the
     /// last.
     fn unlock_slot(&self, index: u32, mask: u32) {
-        self.release_slot(index, mask, u64::from(mask.count_ones()));
+        self.release_slot(index, mask, mask.count_ones());
     }
 
     /// The lowest lane of `mask` gives back `n` references to slot `index`.
-    pub(super) fn release_slot(&self, index: u32, mask: u32, n: u64) {
+    pub(super) fn release_slot(&self, index: u32, mask: u32, n: u32) {
         if !simt::is_leader(mask) || n == 0 {
             return;
         }

@@ -13,6 +13,7 @@
 //! ```
 
 use crate::guard::{RPC_FLIP_BEFORE_RELEASE, planted};
+use crate::index::{reduce, wrap};
 use crate::rpc::wire::Port;
 use crate::rpc::wire::{LANE_WORDS, Reply, Request, Status};
 use crate::simt::{self, Backoff, Scope};
@@ -54,13 +55,18 @@ impl<'a> Client<'a> {
         let mut index = 0;
         if simt::lane_id() == leader {
             let count = self.port_count.max(1);
-            let warps_per_block = simt::block_dim().volume().div_ceil(32);
-            let warp = simt::block_linear() * warps_per_block + u64::from(simt::warp_id());
-            let start = (warp % u64::from(count)) as u32;
+            // Warps spread over the ports by Fibonacci hashing of the
+            // warp's index in the grid: consecutive warps land far apart
+            // and evenly, with no division.
+            let warps_per_block = (simt::block_dim().volume() as u32).div_ceil(32);
+            let warp = (simt::block_linear() as u32)
+                .wrapping_mul(warps_per_block)
+                .wrapping_add(simt::warp_id());
+            let start = reduce(warp.wrapping_mul(0x9e37_79b9), count);
             let mut backoff = Backoff::new();
             'search: loop {
                 for i in 0..count {
-                    let at = (start + i) % count;
+                    let at = wrap(start, i, count);
                     let bit = 1u32 << (at % 32);
                     let Some(word) = self.locks.get((at / 32) as usize) else {
                         continue;
