@@ -25,7 +25,7 @@ struct Churn {
 }
 
 fn churn_once(seed: u64, shape: &Churn, tune: impl Fn(LaunchConfig) -> LaunchConfig) -> Stats {
-    let mut heap = heap(2 << 30, 32_768, 32);
+    let mut heap = heap(2 << 30, 32_768);
     let cfg = tune(LaunchConfig::linear(shape.blocks, shape.threads).seed(seed));
     let context = format!(
         "churn seed {seed:#x} (replay: WARPALLOC_SIM_SEED={seed:#x}), workers {}, {:?}",
@@ -112,7 +112,7 @@ fn churn_tiny_sizes_fill_slabs() {
 
 #[test]
 fn every_size_from_1_byte_to_3_mib() {
-    let mut heap = heap(1 << 30, 32_768, 8);
+    let mut heap = heap(1 << 30, 32_768);
     let blocks = SWEEP_SIZES.div_ceil(64) * 2;
     for seed in seeds(0x51u64, 2) {
         let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
@@ -133,7 +133,7 @@ fn every_size_from_1_byte_to_3_mib() {
 
 #[test]
 fn alignments_from_1_byte_to_4_mib() {
-    let mut heap = heap(1 << 30, 32_768, 8);
+    let mut heap = heap(1 << 30, 32_768);
     for seed in seeds(0xa1u64, 3) {
         let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
         run(
@@ -247,7 +247,7 @@ fn live_slabs(heap: &Heap) -> u64 {
 fn fill_until_null_then_free_everything_then_fill_again() {
     // 24 slabs of address space: the region runs dry long before the table.
     for seed in seeds(0xf111u64, 3) {
-        let mut heap = heap(24 * SLAB_SIZE, 256, 4);
+        let mut heap = heap(24 * SLAB_SIZE, 256);
         let cfg = LaunchConfig::linear(8, 64).seed(seed);
         let context = format!("fill, seed {seed:#x} (replay: WARPALLOC_SIM_SEED={seed:#x})");
         let per_thread = 64;
@@ -282,7 +282,7 @@ fn fill_until_null_then_free_everything_then_fill_again() {
 #[test]
 fn a_full_slot_table_is_a_clean_out_of_memory() {
     // 4 slots and plenty of memory: the table fills first.
-    let mut heap = heap(64 * SLAB_SIZE, 4, 0);
+    let mut heap = heap(64 * SLAB_SIZE, 4);
     let cfg = LaunchConfig::linear(4, 64).seed(7);
     let per_thread = 64;
     let f = fill_heap(&mut heap, &cfg, per_thread, 64 << 10);
@@ -298,7 +298,7 @@ fn a_full_slot_table_is_a_clean_out_of_memory() {
 
 #[test]
 fn bad_input_is_refused_and_counted_without_corruption() {
-    let mut heap = heap(64 * SLAB_SIZE, 64, 4);
+    let mut heap = heap(64 * SLAB_SIZE, 64);
     let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
     let outside = heap
         .launcher()
@@ -385,7 +385,7 @@ fn an_unbound_heap_gets_null() {
 
 #[test]
 fn realloc_keeps_contents_and_calloc_zeroes() {
-    let mut heap = heap(1 << 30, 32_768, 8);
+    let mut heap = heap(1 << 30, 32_768);
     for seed in seeds(0x4e51u64, 3) {
         let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
         run(
@@ -406,7 +406,7 @@ fn realloc_keeps_contents_and_calloc_zeroes() {
 
 #[test]
 fn a_freed_block_in_a_live_slab_is_not_a_live_allocation() {
-    let mut heap = heap(16 * SLAB_SIZE, 64, 4);
+    let mut heap = heap(16 * SLAB_SIZE, 64);
     let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
     run(
         &mut heap,
@@ -434,7 +434,7 @@ fn a_freed_block_in_a_live_slab_is_not_a_live_allocation() {
 /// (one worker, converged warps, a fixed seed), so a test, not a benchmark.
 #[test]
 fn a_warp_frees_blocks_of_one_word_with_one_atomic() {
-    let mut heap = heap(16 * SLAB_SIZE, 64, 4);
+    let mut heap = heap(16 * SLAB_SIZE, 64);
     let ptrs = buffer::<u64>(&heap, 64);
     let cfg = LaunchConfig::linear(1, 64)
         .seed(6)
@@ -577,7 +577,7 @@ fn nulls(ptrs: &[u64]) -> usize {
 /// region holds 4 slabs. When memory comes back, so do slabs.
 #[test]
 fn an_out_of_memory_malloc_costs_about_what_a_successful_one_does() {
-    let mut heap = heap(4 * SLAB_SIZE, 32_768, 0);
+    let mut heap = heap(4 * SLAB_SIZE, 32_768);
     // Four classes fill the four slabs.
     let mut kept = Vec::new();
     for size in [16, 64, 256, 1024] {
@@ -622,4 +622,67 @@ fn an_out_of_memory_malloc_costs_about_what_a_successful_one_does() {
         free_warp(&mut heap, ptrs);
     }
     assert_empty(&mut heap, "out of memory and back");
+}
+
+/// Frees leave an emptied slab published (no disposal on the free path);
+/// a claim of a new slab for another class takes it over before asking the
+/// host, so memory that one class emptied serves the next without RPC.
+#[test]
+fn an_emptied_slab_is_taken_over_by_another_class_without_the_host() {
+    // Room for 4 slabs; 256 blocks of 16 KiB need 3 (127 per slab).
+    let mut heap = heap(4 * SLAB_SIZE, 64);
+    let ptrs = buffer::<u64>(&heap, 256);
+    let cfg = LaunchConfig::linear(4, 64).seed(0xe417);
+    let round = |heap: &mut Heap, size: u32| {
+        run(
+            heap,
+            &cfg,
+            malloc_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+                size,
+            },
+        );
+        assert!(
+            read(heap, &ptrs).iter().all(|&p| p != 0),
+            "a {size} B malloc returned null"
+        );
+        run(
+            heap,
+            &cfg,
+            free_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+            },
+        );
+        heap.stats().expect("stats")
+    };
+    let first = round(&mut heap, 16 << 10);
+    assert_eq!(
+        (first.live.live_slabs, first.live.empty_slabs),
+        (0, 3),
+        "the frees left the slabs published and empty: {:?}",
+        first.live
+    );
+    assert_eq!(first.traffic.slabs_reclaimed, 0);
+    // 256 blocks of 8 KiB need 2 slabs: both are taken over, the host is
+    // not asked.
+    let second = round(&mut heap, 8 << 10);
+    let traffic = second.traffic.since(&first.traffic);
+    assert_eq!(traffic.slabs_reclaimed, 2, "{traffic:?}");
+    assert_eq!(traffic.slabs_from_provider, 0, "{traffic:?}");
+    assert_eq!(second.rpc.allocs, first.rpc.allocs, "the host was asked");
+    // The 8 KiB class's next round finds its own slabs, empty, where its
+    // search starts: put back to use as they are.
+    let third = round(&mut heap, 8 << 10);
+    let traffic = third.traffic.since(&second.traffic);
+    assert_eq!(
+        (
+            traffic.slabs_revived,
+            traffic.slabs_reclaimed,
+            traffic.slabs_from_provider
+        ),
+        (2, 0, 0),
+        "{traffic:?}"
+    );
+    assert_clean(&Stats::default(), errors(&heap), "takeover");
+    assert_empty(&mut heap, "takeover");
 }

@@ -24,7 +24,6 @@ fn collections_grow_through_the_global_allocator() {
         let mut heap = support::heap_with(HeapConfig {
             reserve: Some(256 << 20),
             slots: 1024,
-            slab_cache: 8,
             ..HeapConfig::default()
         });
         let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
@@ -69,7 +68,7 @@ fn collections_grow_through_the_global_allocator() {
 #[test]
 fn a_heap_pointer_freed_on_the_host_goes_back_to_its_heap() {
     use warpalloc_kernels_tests::collections::leak_one;
-    let mut heap = support::heap(64 << 20, 64, 0);
+    let mut heap = support::heap(64 << 20, 64);
     let out = buffer::<u64>(&heap, 2);
     run(
         &mut heap,

@@ -64,7 +64,6 @@ fn rpc_mode_serves_thousands_of_requests() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     for (seed, workers) in [(1, 1), (2, 2)] {
         let mut heap = heap_with(HeapConfig {
-            slab_cache: 0,
             ..HeapConfig::default()
         });
         let s = churn_all(&mut heap, &schedule(seed, workers), 16, 12, 64, seed as u32);
@@ -148,7 +147,6 @@ fn a_small_limit_gives_nulls_and_refusals_not_crashes() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     let mut heap = heap_with(HeapConfig {
         limit: Some(8 * GRANULE),
-        slab_cache: 2,
         slots: 256,
         ..HeapConfig::default()
     });
@@ -202,7 +200,6 @@ fn a_small_limit_gives_nulls_and_refusals_not_crashes() {
 fn injected_mapping_faults_give_nulls_and_leak_nothing() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     let mut heap = heap_with(HeapConfig {
-        slab_cache: 1,
         ..HeapConfig::default()
     });
     heap.fail_every(3);

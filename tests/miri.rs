@@ -14,12 +14,11 @@ use warpalloc_device::sim::{Fibers, LaunchConfig};
 use warpalloc_device::size_class::SLAB_SIZE;
 use warpalloc_kernels_tests::stress::{STATS_WORDS, bad_input, churn, drain_transfer};
 
-fn small(mode: Mode, slabs: u64, slots: u32, cache: u32) -> warpalloc::Heap {
+fn small(mode: Mode, slabs: u64, slots: u32) -> warpalloc::Heap {
     support::heap_with(HeapConfig {
         mode,
         reserve: Some(slabs * SLAB_SIZE),
         slots,
-        slab_cache: cache,
         ports: Some(2),
         ..HeapConfig::default()
     })
@@ -33,7 +32,7 @@ fn threads(cfg: LaunchConfig) -> LaunchConfig {
 fn miri_churn_two_warps_with_handoff_and_large_blocks() {
     // Seven size classes (a slab each) and a few large blocks fit in 16
     // slabs; slabs come over RPC.
-    let mut heap = small(Mode::Rpc, 16, 16, 2);
+    let mut heap = small(Mode::Rpc, 16, 16);
     let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
     let transfer = buffer::<u64>(&heap, 8);
     // Two blocks of one 8-lane warp each: blocks hand blocks to each other;
@@ -71,7 +70,7 @@ fn miri_churn_two_warps_with_handoff_and_large_blocks() {
 
 #[test]
 fn miri_pool_mode_and_bad_input() {
-    let mut heap = small(Mode::Pool { slabs: 2 }, 4, 4, 1);
+    let mut heap = small(Mode::Pool { slabs: 2 }, 4, 4);
     let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
     let foreign = buffer::<u8>(&heap, 16);
     run(
@@ -111,7 +110,6 @@ fn miri_launch_builder_on_a_stream() {
         HeapConfig {
             reserve: Some(4 * SLAB_SIZE),
             slots: 4,
-            slab_cache: 1,
             ports: Some(2),
             ..HeapConfig::default()
         },

@@ -26,7 +26,6 @@ fn config() -> HeapConfig {
     HeapConfig {
         reserve: Some(256 << 20),
         slots: 1024,
-        slab_cache: 8,
         ..HeapConfig::default()
     }
 }

@@ -98,7 +98,6 @@ impl ProviderKind {
 #[derive(Debug)]
 pub struct DeviceConfig {
     pub(crate) slot_count: AtomicU32,
-    pub(crate) cache_limit: AtomicU32,
     pub(crate) provider: AtomicU32,
     pub(crate) region_base: AtomicU64,
     pub(crate) region_len: AtomicU64,
@@ -110,7 +109,6 @@ impl DeviceConfig {
     pub(crate) const fn new() -> Self {
         DeviceConfig {
             slot_count: AtomicU32::new(0),
-            cache_limit: AtomicU32::new(0),
             provider: AtomicU32::new(0),
             region_base: AtomicU64::new(0),
             region_len: AtomicU64::new(0),
@@ -123,8 +121,6 @@ impl DeviceConfig {
 pub struct ConfigValues {
     /// Slots of the slot table in use (1..=MAX_SLOTS; 0: unbound heap).
     pub slot_count: u32,
-    /// Slabs the cache keeps (0..=MAX_CACHE).
-    pub cache_limit: u32,
     /// How the heap gets memory.
     pub provider: u32,
     /// Ports of the RPC mailbox.
@@ -139,17 +135,16 @@ pub struct ConfigValues {
 
 impl ConfigValues {
     /// The values with every field in range: slots 1..=MAX_SLOTS (0 stays 0,
-    /// an unbound heap), cache ≤ MAX_CACHE, ports ≤ MAX_PORTS, region ≤
+    /// an unbound heap), ports ≤ MAX_PORTS, region ≤
     /// MAX_REGION, an unknown provider as `Unbound`.
     pub fn clamped(self) -> ConfigValues {
-        use crate::heap::{MAX_CACHE, MAX_REGION, MAX_SLOTS};
+        use crate::heap::{MAX_REGION, MAX_SLOTS};
         ConfigValues {
             slot_count: if self.slot_count == 0 {
                 0
             } else {
                 self.slot_count.min(MAX_SLOTS as u32)
             },
-            cache_limit: self.cache_limit.min(MAX_CACHE as u32),
             provider: ProviderKind::from_raw(self.provider) as u32,
             port_count: self.port_count.min(crate::rpc::wire::MAX_PORTS as u32),
             region_len: self.region_len.min(MAX_REGION),
@@ -242,8 +237,8 @@ impl ErrorRecord {
 #[derive(Debug)]
 pub struct Counters {
     pub(crate) slabs_from_provider: AtomicU64,
-    pub(crate) slabs_from_cache: AtomicU64,
-    pub(crate) slabs_to_cache: AtomicU64,
+    pub(crate) slabs_reclaimed: AtomicU64,
+    pub(crate) slabs_revived: AtomicU64,
     pub(crate) slabs_to_provider: AtomicU64,
     pub(crate) large_allocations: AtomicU64,
     pub(crate) large_frees: AtomicU64,
@@ -254,11 +249,12 @@ pub struct Counters {
 pub struct Traffic {
     /// Slabs obtained from the provider (the RPC server or the pool).
     pub slabs_from_provider: u64,
-    /// Slabs reused from the cache.
-    pub slabs_from_cache: u64,
-    /// Empty slabs kept in the cache.
-    pub slabs_to_cache: u64,
-    /// Empty slabs given back to the provider.
+    /// Empty slabs taken over by a claim for another slot (no host).
+    pub slabs_reclaimed: u64,
+    /// Empty slabs put back to use by their own class (a malloc that
+    /// locked a slab with no reservation).
+    pub slabs_revived: u64,
+    /// Empty slabs given back to the provider (a trim).
     pub slabs_to_provider: u64,
     /// Large blocks allocated.
     pub large_allocations: u64,
@@ -270,7 +266,10 @@ impl Traffic {
     /// Slabs put to use plus large blocks handed out: zero exactly when the
     /// heap served nothing.
     pub fn served(&self) -> u64 {
-        self.slabs_from_provider + self.slabs_from_cache + self.large_allocations
+        self.slabs_from_provider
+            + self.slabs_reclaimed
+            + self.slabs_revived
+            + self.large_allocations
     }
 
     /// The traffic since `earlier` (counters only grow; a counter smaller
@@ -280,10 +279,8 @@ impl Traffic {
             slabs_from_provider: self
                 .slabs_from_provider
                 .saturating_sub(earlier.slabs_from_provider),
-            slabs_from_cache: self
-                .slabs_from_cache
-                .saturating_sub(earlier.slabs_from_cache),
-            slabs_to_cache: self.slabs_to_cache.saturating_sub(earlier.slabs_to_cache),
+            slabs_reclaimed: self.slabs_reclaimed.saturating_sub(earlier.slabs_reclaimed),
+            slabs_revived: self.slabs_revived.saturating_sub(earlier.slabs_revived),
             slabs_to_provider: self
                 .slabs_to_provider
                 .saturating_sub(earlier.slabs_to_provider),
@@ -300,8 +297,8 @@ impl Counters {
     pub(crate) const fn new() -> Self {
         Counters {
             slabs_from_provider: AtomicU64::new(0),
-            slabs_from_cache: AtomicU64::new(0),
-            slabs_to_cache: AtomicU64::new(0),
+            slabs_reclaimed: AtomicU64::new(0),
+            slabs_revived: AtomicU64::new(0),
             slabs_to_provider: AtomicU64::new(0),
             large_allocations: AtomicU64::new(0),
             large_frees: AtomicU64::new(0),
@@ -312,8 +309,8 @@ impl Counters {
     pub fn snapshot(&self) -> Traffic {
         Traffic {
             slabs_from_provider: self.slabs_from_provider.load(Ordering::Relaxed),
-            slabs_from_cache: self.slabs_from_cache.load(Ordering::Relaxed),
-            slabs_to_cache: self.slabs_to_cache.load(Ordering::Relaxed),
+            slabs_reclaimed: self.slabs_reclaimed.load(Ordering::Relaxed),
+            slabs_revived: self.slabs_revived.load(Ordering::Relaxed),
             slabs_to_provider: self.slabs_to_provider.load(Ordering::Relaxed),
             large_allocations: self.large_allocations.load(Ordering::Relaxed),
             large_frees: self.large_frees.load(Ordering::Relaxed),
@@ -346,8 +343,8 @@ pub struct Layout {
     pub hints: u64,
     /// The granule table.
     pub granules: u64,
-    /// The slab cache.
-    pub cache: u64,
+    /// The empty-slot bitmap.
+    pub empties: u64,
     /// Bytes of one RPC port (the mailbox's wire format).
     pub port_size: u64,
     /// Bytes of a slab.
@@ -357,7 +354,7 @@ pub struct Layout {
 /// Words of [`Layout::words`].
 pub const LAYOUT_WORDS: usize = 14;
 /// Word 0 of [`Layout::words`]: "WAHEAP" and a format number.
-pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0001;
+pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0002;
 
 impl Layout {
     /// The layout as the words of the `WARPALLOC_HEAP_LAYOUT` global:
@@ -375,7 +372,7 @@ impl Layout {
             self.slots,
             self.hints,
             self.granules,
-            self.cache,
+            self.empties,
             self.port_size,
             self.slab_size,
         ]
@@ -395,7 +392,7 @@ impl Layout {
             slots: w[8],
             hints: w[9],
             granules: w[10],
-            cache: w[11],
+            empties: w[11],
             port_size: w[12],
             slab_size: w[13],
         })
@@ -416,7 +413,7 @@ impl Layout {
             "slots",
             "hints",
             "granules",
-            "cache",
+            "empties",
             "port_size",
             "slab_size",
         ];

@@ -4,55 +4,59 @@
 //! being created (`ptr == SENTINEL`, owned by the lane that claimed it), or
 //! published (`ptr` = a slab's address). The reference count says how many
 //! reservations (allocations in flight or live, plus transient locks) the slab
-//! has; two flag bits let the release that reaches zero destroy the slab
-//! without a lock:
+//! has; a flag bit says that the count is live (a published slab's). Every
+//! other counter is dead — a slot never used (all zero, as device memory
+//! starts), empty, being created, or its slab being taken over — so that the
+//! only zero *live* count is a published slab's that its holders released:
 //!
 //! ```text
-//!   refs:  63        62       61 ............................. 0
-//!        ┌─────────┬────────┬───────────────────────────────────┐
-//!        │ INVALID │ HELPED │ count                             │
-//!        └─────────┴────────┴───────────────────────────────────┘
+//!   refs:  63      62 .................................................. 0
+//!        ┌───────┬───────────────────────────────────────────────────────┐
+//!        │ LIVE  │ count                                                 │
+//!        └───────┴───────────────────────────────────────────────────────┘
 //! ```
 //!
-//! * `acquire(n)`: `fetch_add(n)`; it succeeded iff INVALID was clear.
-//! * `release(n)`: `fetch_sub(n)`; the lane that takes the count to zero tries
-//!   to CAS `0 → INVALID`. If that fails because a reader saw zero first and
-//!   set `INVALID | HELPED`, the releaser swaps in `INVALID` and owns the
-//!   destruction iff the swapped-out value still had HELPED (so exactly one
-//!   of them wins). If it fails because an acquire resurrected the count, the
-//!   slab lives on.
-//! * `read()`: the count, or 0 for a dying or empty slot; a reader that sees a
-//!   bare 0 marks it `INVALID | HELPED` so it can report the slot as empty
-//!   without waiting for the releaser.
-//! * `publish(n)`: after creating a slab, set the count to `n` (a CAS from the
-//!   empty or dead counter: every acquire of it failed, so no holder exists),
+//! * `acquire(n)`: `fetch_add(n)`; it succeeded iff LIVE was set (a failed
+//!   one leaves garbage in a dead counter, which `publish` overwrites).
+//! * `release(n)`: `fetch_sub(n)`, nothing more: a slab whose count reaches
+//!   zero stays published, empty (its class's next malloc takes it as it
+//!   is). The free path never disposes of a slab.
+//! * `reclaim()`: CAS `LIVE | 0 → 0`, by a lane that wants an empty slab for
+//!   something else (a claim of a new slab, for any class). Winning it means
+//!   no one holds the slab and every later acquire fails, so the winner owns
+//!   it; it empties the slot (`vacate`) and uses the slab elsewhere.
+//! * `read()`: the count, or 0 for a dead counter. One load.
+//! * `publish(n)`: after creating a slab, set the count to `LIVE | n` (a CAS
+//!   from the dead counter: every acquire of it failed, so no holder exists),
 //!   then store the address. In this order no locker can take the new slab
-//!   and release it to zero before the publishers' references count.
+//!   and release it to zero — making it reclaimable — before the publishers'
+//!   references count.
 //!
-//! Invariants (checked by the loom model in `tests` and by the simulator
-//! stress tests):
+//! Invariants (checked by the loom models in `tests/loom.rs` and by the
+//! simulator stress tests):
 //! * `count ≥ live reservations of the slab` while `ptr` is published, and a
 //!   reservation is taken (acquire) before its bit is set and given back
 //!   (release) after its bit is cleared, so `count ≥ set bits`;
-//! * the slab is destroyed only by the release that took the count to zero
-//!   and won INVALID, exactly once per publication;
+//! * a slab is taken over only by the one `reclaim` that turned a live zero
+//!   count dead — never while anyone holds it (a never-used slot's zero is
+//!   dead, so a reclaim racing with the slot's first creation fails: loom
+//!   found the version with a dead bit instead, where it won);
 //! * a lane holding a successful acquire reads a published `ptr`, and that
 //!   slab outlives its release.
 
 use crate::simt::Scope;
 use crate::sync::{AtomicU64, Ordering, fence};
 
-/// The counter is dying or empty: acquires fail.
-pub const INVALID: u64 = 1 << 63;
-/// A reader saw zero before the releaser could invalidate.
-pub const HELPED: u64 = 1 << 62;
+/// The counter is live (a published slab's): acquires succeed. Without
+/// it, the counter is dead and acquires fail.
+pub const LIVE: u64 = 1 << 63;
 /// `ptr` of a slot being created.
 pub const SENTINEL: u64 = u64::MAX;
 /// How many times `find_slab` retries a busy slot (being created or
-/// destroyed) before moving on.
+/// taken over) before moving on.
 pub const MAX_TRIES: u32 = 16;
 
-const _: () = assert!(INVALID & HELPED == 0 && (INVALID | HELPED) >> 62 == 3);
+const _: () = assert!(LIVE.count_ones() == 1 && LIVE >> 63 == 1);
 
 /// Bugs a loom model can plant in this protocol, to show that the model
 /// catches them (`tests/loom.rs`). Loom builds only.
@@ -66,8 +70,8 @@ pub mod plant {
     pub const NONE: u32 = 0;
     pub use super::{
         POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_BEFORE_COUNT, PUBLISH_WITHOUT_RELEASE,
-        RELEASE_WITHOUT_SWAP, RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE,
-        UNLOCK_WITHOUT_ACQUIRE,
+        RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT, RPC_FLIP_BEFORE_RELEASE,
+        RPC_REPLY_WITHOUT_RELEASE,
     };
 
     /// Plants `bug` (or `NONE`) for the models that run next.
@@ -80,18 +84,19 @@ pub mod plant {
     }
 }
 
-/// Planted bug: `release` owns the destruction whenever its CAS sees HELPED,
-/// without swapping the flag out, so two releasers can both win.
-pub const RELEASE_WITHOUT_SWAP: u32 = 1;
-/// Planted bug: `unlock`'s winner disposes without the acquire fence, so its
-/// writes race with the other holders' last accesses.
-pub const UNLOCK_WITHOUT_ACQUIRE: u32 = 2;
+/// Planted bug: `reclaim` takes the slab over by a swap to dead whatever
+/// the count was, so it can take a slab that a locker holds.
+pub const RECLAIM_WITHOUT_COUNT: u32 = 1;
+/// Planted bug: `reclaim`'s winner goes on without the acquire fence, so its
+/// reuse of the slab races with the last holders' accesses.
+pub const RECLAIM_WITHOUT_ACQUIRE: u32 = 2;
 /// Planted bug: `publish` stores the pointer without the release fence, so
 /// lockers can read the slab before it is initialised.
 pub const PUBLISH_WITHOUT_RELEASE: u32 = 3;
 /// Planted bug: `publish` shows the pointer before the publishers' count is
-/// in (the order LLVM libc's `finalize` uses), so a locker can take the slab,
-/// release it to zero and destroy it under the publishers.
+/// in (the order LLVM libc's `finalize` uses), so a locker can take the slab
+/// and release it to zero, and a reclaimer take it over under the
+/// publishers.
 pub const PUBLISH_BEFORE_COUNT: u32 = 4;
 
 /// Planted bug: the RPC client flips its flag before the release fence, so
@@ -147,50 +152,48 @@ impl RefCount {
     }
 
     /// Takes `n` references; the count after, or `None` if the counter is
-    /// INVALID (the references are not held).
+    /// dead (the references are not held).
     #[inline(always)]
     pub fn acquire(&self, n: u64) -> Option<u64> {
-        let count = self.counter.fetch_add(n).wrapping_add(n);
-        (count & INVALID == 0).then_some(count)
+        let value = self.counter.fetch_add(n).wrapping_add(n);
+        (value & LIVE != 0).then_some(value & !LIVE)
     }
 
-    /// Gives back `n` references taken by a successful [`acquire`]. Returns
-    /// whether the caller now owns the destruction of the slab.
+    /// Gives back `n` references taken by a successful [`acquire`];
+    /// returns the count after. A count of zero leaves the slab published
+    /// and empty.
     ///
     /// [`acquire`]: RefCount::acquire
     #[inline(always)]
-    pub fn release(&self, n: u64) -> bool {
-        if self.counter.fetch_sub(n) != n {
-            return false;
-        }
-        match self.counter.compare_exchange(0, INVALID) {
-            Ok(_) => true,
-            Err(seen) if planted(RELEASE_WITHOUT_SWAP) => seen & HELPED != 0,
-            Err(seen) => seen & HELPED != 0 && self.counter.swap(INVALID) & HELPED != 0,
-        }
+    pub fn release(&self, n: u64) -> u64 {
+        self.counter.fetch_sub(n).wrapping_sub(n) & !LIVE
     }
 
-    /// The count, or 0 for a dying or empty slot (helping a releaser that
-    /// took it to zero).
+    /// Takes the slab over if no one holds it (a live zero count): the
+    /// counter becomes dead and the caller owns the slab.
+    #[inline(always)]
+    pub fn reclaim(&self) -> bool {
+        if planted(RECLAIM_WITHOUT_COUNT) {
+            return self.counter.swap(0) & LIVE != 0;
+        }
+        self.counter.compare_exchange(LIVE, 0).is_ok()
+    }
+
+    /// The count, or 0 for a dead counter. One load.
     #[inline(always)]
     pub fn read(&self) -> u64 {
         let value = self.counter.load(Ordering::Relaxed);
-        if value == 0 {
-            // Either way the slot is empty or dying: report zero.
-            let _ = self.counter.compare_exchange(0, INVALID | HELPED);
-            return 0;
-        }
-        if value & INVALID != 0 { 0 } else { value }
+        if value & LIVE != 0 { value & !LIVE } else { 0 }
     }
 
-    /// Sets the count of a slab about to be published to `n`, from an empty
-    /// (0) or dead (INVALID) counter. A compare-and-swap, not a store: a
+    /// Sets the count of a slab about to be published to `LIVE | n`, from a
+    /// dead counter. A compare-and-swap, not a store: a
     /// stale locker's failing `fetch_add` on the dead counter must not be
     /// lost or overwrite ours, and every acquire that succeeds afterwards
     /// counts on top of `n`.
     fn establish(&self, n: u64) {
         let mut seen = self.counter.load(Ordering::Relaxed);
-        while let Err(now) = self.counter.compare_exchange(seen, n) {
+        while let Err(now) = self.counter.compare_exchange(seen, LIVE | n) {
             seen = now;
         }
     }
@@ -231,7 +234,7 @@ pub enum Lock {
     Claimed,
     /// The slot is being created: retry it soon (the slab may be for us).
     Creating,
-    /// The slot's slab is being destroyed: retry a few times, then another.
+    /// The slot's slab is being taken over: retry a few times, then another.
     Busy,
     /// The slot is empty and the caller may not claim it.
     Empty,
@@ -310,7 +313,7 @@ impl Guard {
             // count a publisher established before storing its new address.
             // The publisher's references keep the count above zero: give ours
             // back and retry.
-            let _ = self.refs.release(n);
+            self.refs.release(n);
             return Lock::Creating;
         }
         Lock::Acquired {
@@ -323,8 +326,8 @@ impl Guard {
     /// references held by the publishing group; returns the count, `n`.
     ///
     /// The count is set *before* the pointer appears, so that no locker can
-    /// take the slab and release it to zero — destroying it — before the
-    /// publishers' references count.
+    /// take the slab and release it to zero — making it reclaimable — before
+    /// the publishers' references count.
     pub fn publish(&self, slab: u64, n: u32) -> u32 {
         if planted(PUBLISH_BEFORE_COUNT) {
             self.ptr.store(slab, Ordering::Relaxed);
@@ -345,34 +348,54 @@ impl Guard {
         self.ptr.store(0, Ordering::Relaxed);
     }
 
-    /// Gives back `n` references. Returns the slab's address when the caller
-    /// now owns its destruction: it must dispose of the slab, then call
-    /// [`Guard::vacate`].
-    pub fn unlock(&self, n: u32) -> Option<u64> {
+    /// Gives back `n` references; returns the count after (0: the slab is
+    /// empty now, and stays published).
+    #[inline(always)]
+    pub fn unlock(&self, n: u32) -> u32 {
         // ORDERING: release (gpu): our accesses to the slab (block data,
-        // bitfield) happen-before its destruction by whichever lane wins it;
-        // pairs with the acquire fence below on the winning side.
+        // bitfield) happen-before a later `reclaim` of it; pairs with the
+        // acquire fence there.
         fence(Ordering::Release, Scope::Gpu);
-        if !self.refs.release(u64::from(n)) {
-            return None;
-        }
-        // ORDERING: acquire (gpu): everything the other holders did to the
-        // slab happened before we dispose of it.
-        if !planted(UNLOCK_WITHOUT_ACQUIRE) {
-            fence(Ordering::Acquire, Scope::Gpu);
-        }
-        Some(self.ptr.load(Ordering::Relaxed))
+        narrow(self.refs.release(u64::from(n)))
     }
 
-    /// Empties the slot after its slab was disposed of.
+    /// Takes the slot's slab over when no one holds it (an empty slab):
+    /// returns the slab, which the caller now owns — it calls
+    /// [`Guard::vacate`] and uses the slab elsewhere.
+    pub fn reclaim(&self) -> Option<u64> {
+        if !self.refs.reclaim() {
+            return None;
+        }
+        // ORDERING: acquire (gpu): pairs with the release fence in `unlock`
+        // (and `publish`): every holder's accesses to the slab happen-before
+        // our reuse of it.
+        if !planted(RECLAIM_WITHOUT_ACQUIRE) {
+            fence(Ordering::Acquire, Scope::Gpu);
+        }
+        // Read after the CAS: only the winner of a reclaim changes a
+        // published pointer, so it is the slab whose count we took. A live
+        // zero count means a published slab: the count turns live in
+        // `publish` before the pointer shows, and its publishers hold it
+        // above zero until after (the release whose zero we read ordered
+        // the pointer's store before us).
+        match self.ptr.load(Ordering::Relaxed) {
+            0 | SENTINEL => None,
+            slab => Some(slab),
+        }
+    }
+
+    /// Empties the slot after its slab was reclaimed.
     pub fn vacate(&self) {
-        // ORDERING: release (gpu): the disposal (cache push, granule table)
-        // happens-before a later claim of this slot.
+        // ORDERING: release (gpu): the reclaim's writes (granule table)
+        // happen-before a later claim of this slot; pairs with the acquire
+        // fence of a claim in `lock`.
         fence(Ordering::Release, Scope::Gpu);
         self.ptr.store(0, Ordering::Relaxed);
     }
 
-    /// The slot's count, or 0 when it is empty or dying.
+    /// The slot's count, or 0 when it is empty, being created, or being
+    /// taken over. One load.
+    #[inline(always)]
     pub fn use_count(&self) -> u32 {
         narrow(self.refs.read())
     }

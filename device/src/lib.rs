@@ -28,7 +28,7 @@
 //! | region | the heap's one range of device address space, reserved by the host |
 //! | granule | a 2 MiB unit of the region; the granule table says what each one is |
 //! | slot | an entry of the slot table: a reference-counted guard publishing one slab |
-//! | cache | released empty slabs kept mapped for reuse on the device |
+//! | empty slab | a published slab with no live block: its class reuses it, a claim elsewhere takes it over, `trim` gives it back |
 //! | pool | slabs the host mapped before launch (pool mode), a stack on the device |
 //! | mailbox, port | the RPC channel to the host in pinned host memory; a port per warp at a time |
 //! | lane_mask | the lanes that are here, calling together |
@@ -40,7 +40,8 @@
 //!   api            malloc, free, calloc, realloc, aligned_alloc, WarpAlloc
 //!   heap           DeviceHeap: the front end; search (slot search); check
 //!   abi            what the host configures and reads, and the layout both agree on
-//!   size_class  slab  guard  cache  pool  granule    the allocator's parts
+//!   size_class  slab  guard  empty  pool  granule    the allocator's parts
+//!   index          index arithmetic without division
 //!   rpc            wire (typed requests/replies), client, mailbox, server steps
 //!   simt  sync     the hardware (or the simulator, or loom)
 //!   kernel         kernel!{}: one function, a PTX entry point and a simulator kernel
@@ -63,7 +64,7 @@ extern crate std;
 pub mod abi;
 #[cfg(not(loom))]
 mod api;
-pub mod cache;
+pub mod empty;
 #[cfg(not(loom))]
 pub mod granule;
 pub mod guard;

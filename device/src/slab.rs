@@ -33,7 +33,7 @@ pub struct Header {
     pub block: u32,
     /// The slot that publishes the slab.
     pub slot: u32,
-    /// Bitfield words of the class (kept when the slab is cached, so that a
+    /// Bitfield words of the class (kept while the slab is empty, so that a
     /// reuse knows how much of it is known to be zero).
     pub words: u32,
     /// [`MAGIC`].
@@ -99,7 +99,7 @@ impl Slab {
 
     /// Prepares the slab for class `geo` in slot `slot`. Every lane of
     /// `group` calls it; they zero the bitfield words from `clean_words` up
-    /// together (words below `clean_words` are known to be zero: a cached
+    /// together (words below `clean_words` are known to be zero: an empty
     /// slab of a class with that many words). Ends with a `syncwarp` of
     /// the group, after which the leader may publish the slab.
     ///
@@ -240,12 +240,13 @@ impl Slab {
     /// Clears the bits of the blocks that the lanes of `uniform` (all of
     /// which call this together, on this slab) free: `index` is the lane's
     /// block, `None` for a pointer that is no block of the slab. Lanes whose
-    /// blocks lie in one bitfield word combine their bits (a tree of five
-    /// shuffles over the word's lanes) and the lowest of them clears them
-    /// with one `fetch_and`: one atomic per word touched, as `allocate`'s
-    /// `fetch_or`. Returns whether this lane's free was real: its bit was
-    /// set, and no lower lane of the call freed the same block; `false` is a
-    /// double free (nothing changed).
+    /// blocks lie in one bitfield word combine their bits at the word's
+    /// lowest lane, which clears them with one `fetch_and`: one atomic per
+    /// word touched, as `allocate`'s `fetch_or`. The combining is one
+    /// shuffle per lane that shares its word (lanes alone on theirs skip
+    /// it), so that it needs few registers. Returns whether this lane's free
+    /// was real: its bit was set, and no lower lane of the call freed the
+    /// same block; `false` is a double free (nothing changed).
     ///
     /// # Safety
     /// The caller holds a reference to this live slab for each lane, and
@@ -253,40 +254,30 @@ impl Slab {
     pub unsafe fn deallocate(self, uniform: u32, index: Option<u32>) -> bool {
         let me = simt::lane_id();
         let i = index.unwrap_or(u32::MAX);
-        let bit = match index {
-            Some(i) => 1u32 << (i % WORD_BITS),
-            None => 0,
-        };
         // Two lanes freeing one block: the lowest frees it, the other is a
         // double free.
-        let same_block = simt::match_any_u32(uniform, i);
-        let first = simt::leader(same_block) == me;
-        // The lanes on my word, and my rank among them.
+        let first = simt::leader(simt::match_any_u32(uniform, i)) == me;
+        let bit = match index {
+            Some(i) if first => 1u32 << (i % WORD_BITS),
+            _ => 0,
+        };
+        // The lanes on my word; the lowest of them (the head) clears.
         let word = i / WORD_BITS;
         let group = simt::match_any_u32(uniform, word);
-        let rank = (group & simt::lanemask_lt()).count_ones();
-        let size = group.count_ones();
-        // The group's OR at its rank-0 lane: at step `s`, ranks that are a
-        // multiple of 2s take the value of rank + s. Every lane of `uniform`
-        // takes part in every shuffle (its own value when it has no source).
-        let mut combined = if first { bit } else { 0 };
-        if simt::ballot(uniform, size > 1) != 0 {
-            let mut step = 1;
-            while step < WORD_BITS {
-                let source = rank + step;
-                let src = if rank.is_multiple_of(2 * step) && source < size {
-                    nth_set_bit(group, source)
-                } else {
-                    me
-                };
-                let theirs = simt::shfl_u32(uniform, combined, src);
-                if src != me {
-                    combined |= theirs;
-                }
-                step *= 2;
+        let head = simt::leader(group);
+        // Every lane of `uniform` takes part in every shuffle (`sharing` is
+        // the same for all of them); the head keeps its group's bits.
+        let sharing = simt::ballot(uniform, group != 1 << me);
+        let mut combined = bit;
+        let mut rest = sharing;
+        while rest != 0 {
+            let source = rest.trailing_zeros();
+            rest &= rest - 1;
+            let theirs = simt::shfl_u32(uniform, bit, source);
+            if group & (1 << source) != 0 {
+                combined |= theirs;
             }
         }
-        let head = simt::leader(group);
         // The lanes' last accesses to their blocks happen-before what the
         // head does next: `bar.warp.sync` orders memory among the lanes it
         // synchronises.
@@ -302,7 +293,7 @@ impl Slab {
             before = unsafe { self.word(word) }.fetch_and(!combined);
         }
         let before = simt::shfl_u32(uniform, before, head);
-        index.is_some() && first && before & bit != 0
+        bit != 0 && before & bit != 0
     }
 
     /// Whether block `index` is allocated now (its bit is set).
@@ -325,29 +316,6 @@ impl Slab {
         // SAFETY: the caller's contract.
         unsafe { self.header() }.geometry()
     }
-}
-
-/// The position of the `n`-th (from 0) set bit of `mask`; 32 if it has
-/// fewer. A binary search on popcounts: no loop over the bits.
-#[inline(always)]
-fn nth_set_bit(mask: u32, mut n: u32) -> u32 {
-    if n >= mask.count_ones() {
-        return 32;
-    }
-    let (mut m, mut base, mut width) = (mask, 0, 16);
-    while width > 0 {
-        let low = m & ((1u32 << width) - 1);
-        let c = low.count_ones();
-        if n >= c {
-            n -= c;
-            m >>= width;
-            base += width;
-        } else {
-            m = low;
-        }
-        width /= 2;
-    }
-    base
 }
 
 /// Lanes `0..n` as a mask (`n` up to 32).

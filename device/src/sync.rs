@@ -260,6 +260,23 @@ macro_rules! atomic_int {
                 self.0.load(Ordering::Relaxed)
             }
 
+            /// A plain read, for a value that no one writes while kernels
+            /// run (the heap's configuration, written by the host between
+            /// launches): on the GPU an ordinary `ld.global` that the
+            /// compiler may merge, hoist or repeat instead of keeping the
+            /// value in a register; neither counted nor a simulator switch
+            /// point.
+            #[inline(always)]
+            pub fn load_config(&self) -> $int {
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned while
+                // `self` is borrowed; no write races with the read (the
+                // caller's promise: written only while no kernel runs).
+                return unsafe { self.0.as_ptr().read() };
+                #[cfg(not(target_arch = "nvptx64"))]
+                self.0.load(Ordering::Relaxed)
+            }
+
             /// The address of the value (not under loom).
             #[cfg(not(loom))]
             #[inline(always)]

@@ -1,13 +1,13 @@
 //! Loom models of the lock-free protocols: the slot guard (acquire, release,
-//! read-with-help, claim/publish, destroy) and the slab cache. Build with
-//! `RUSTFLAGS="--cfg loom"` (`cargo xtask test` does).
+//! claim/publish, reclaim of an empty slab), the empty-slot marks and the
+//! slab pool. Build with `RUSTFLAGS="--cfg loom"` (`cargo xtask test` does).
 //!
-//! A slab is modelled by a payload cell that holders read and the destroyer
-//! poisons: loom reports any access that the protocol's orderings do not
-//! separate, and the counters check "destroyed exactly once per publication,
-//! never while held". Each planted bug (`guard::plant`) must make a model
-//! fail: that is the evidence that the models can see the bugs they guard
-//! against.
+//! A slab is modelled by a payload cell that holders read and a reclaimer
+//! poisons (its reuse): loom reports any access that the protocol's
+//! orderings do not separate, and the counters check "taken over at most
+//! once, never while held". Each planted bug (`guard::plant`) must make a
+//! model fail: that is the evidence that the models can see the bugs they
+//! guard against.
 
 #![cfg(loom)]
 
@@ -17,7 +17,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::thread;
-use warpalloc_device::cache::SlabCache;
+use warpalloc_device::empty::EmptySlots;
 use warpalloc_device::guard::{Guard, Lock, plant};
 use warpalloc_device::pool::SlabPool;
 
@@ -29,14 +29,14 @@ const POISON: u64 = 0xdead;
 
 struct SlabModel {
     payload: UnsafeCell<u64>,
-    destroys: AtomicU32,
+    reclaims: AtomicU32,
 }
 
 impl SlabModel {
     fn new(value: u64) -> Self {
         SlabModel {
             payload: UnsafeCell::new(value),
-            destroys: AtomicU32::new(0),
+            reclaims: AtomicU32::new(0),
         }
     }
 }
@@ -56,30 +56,33 @@ impl World {
     fn use_slab(&self, slab: u64) {
         assert_eq!(slab, self.addr(), "a lock returned another slab");
         let value = self.slab.payload.with(|p| {
-            // SAFETY: loom checks the access against the destroyer's write.
+            // SAFETY: loom checks the access against the reclaimer's write.
             unsafe { *p }
         });
         assert_eq!(
             value, READY,
-            "a holder saw an uninitialised or destroyed slab"
+            "a holder saw an uninitialised or reclaimed slab"
         );
     }
 
-    /// What the winner of a release does.
-    fn destroy(&self, slab: u64) {
+    /// What a reclaimer does: takes the slab over if it is empty, and
+    /// reuses it (poisons the payload) and empties the slot.
+    fn reclaim(&self) -> bool {
+        let Some(slab) = self.guard.reclaim() else {
+            return false;
+        };
         assert_eq!(slab, self.addr());
         self.slab.payload.with_mut(|p| {
             // SAFETY: loom checks that no holder accesses it concurrently.
             unsafe { *p = POISON }
         });
-        self.slab.destroys.fetch_add(1, Ordering::Relaxed);
+        self.slab.reclaims.fetch_add(1, Ordering::Relaxed);
         self.guard.vacate();
+        true
     }
 
-    fn release(&self, n: u64) {
-        if let Some(slab) = self.guard.unlock(n) {
-            self.destroy(slab);
-        }
+    fn release(&self, n: u32) {
+        self.guard.unlock(n);
     }
 }
 
@@ -95,9 +98,11 @@ fn model(bug: u32, f: impl Fn() + Send + Sync + 'static) {
     }
 }
 
-/// A published slab with one holder (thread A), a locker (B) and a reader
-/// (C): exactly one destruction, after every holder is done.
-fn holder_locker_reader() {
+/// A published slab with one holder (thread A), a locker (B) and a
+/// reclaimer (C): the slab is taken over at most once, only when no one
+/// holds it, after every holder's accesses; if not taken, it stays
+/// published with a zero count.
+fn holder_locker_reclaimer() {
     let world = Arc::new(World {
         guard: Guard::new(),
         slab: SlabModel::new(READY),
@@ -123,24 +128,29 @@ fn holder_locker_reader() {
     };
     let c = {
         let w = Arc::clone(&world);
-        thread::spawn(move || {
-            let _ = w.guard.use_count();
-        })
+        thread::spawn(move || w.reclaim())
     };
     a.join().unwrap();
     b.join().unwrap();
-    c.join().unwrap();
+    let reclaimed = c.join().unwrap();
     assert_eq!(
-        world.slab.destroys.load(Ordering::Relaxed),
-        1,
-        "destroyed not exactly once"
+        world.slab.reclaims.load(Ordering::Relaxed),
+        u32::from(reclaimed),
+        "taken over more than once"
     );
-    assert_eq!(world.guard.use_count(), 0);
+    if reclaimed {
+        assert_eq!(world.guard.peek(), None, "a reclaimed slot still publishes");
+    } else {
+        assert_eq!(world.guard.peek(), Some(world.addr()));
+        assert_eq!(world.guard.use_count(), 0, "references left behind");
+        assert!(world.reclaim(), "an empty slab could not be taken over");
+    }
 }
 
 /// Two lanes race to claim an empty slot: one creates and publishes the slab,
 /// the other either finds it busy or takes a reference to the initialised
-/// slab; each publication is destroyed exactly once.
+/// slab; a reclaimer (C) tries to take it over meanwhile. Each publication
+/// is taken over exactly once, by C or afterwards, never under a holder.
 fn claim_race() {
     let world = Arc::new(World {
         guard: Guard::new(),
@@ -168,18 +178,33 @@ fn claim_race() {
     };
     let a = thread::spawn(lane(Arc::clone(&world)));
     let b = thread::spawn(lane(Arc::clone(&world)));
+    let c = {
+        let w = Arc::clone(&world);
+        thread::spawn(move || w.reclaim())
+    };
     a.join().unwrap();
     b.join().unwrap();
+    let reclaimed = c.join().unwrap();
+    let published = world.publications.load(Ordering::Relaxed);
+    // Once everyone is done, a publication still in the slot is empty and
+    // can be taken over: each publication is taken over exactly once (by C,
+    // whose takeover lets the other lane create again, or here).
+    let later = world.guard.peek().is_some() && world.reclaim();
     assert_eq!(
-        world.slab.destroys.load(Ordering::Relaxed),
-        world.publications.load(Ordering::Relaxed),
-        "a publication not destroyed exactly once"
+        world.guard.peek(),
+        None,
+        "an empty slab could not be taken over"
+    );
+    assert_eq!(
+        world.slab.reclaims.load(Ordering::Relaxed),
+        published,
+        "a publication not taken over exactly once (C: {reclaimed}, after: {later})"
     );
 }
 
 #[test]
-fn guard_holder_locker_reader() {
-    model(plant::NONE, holder_locker_reader);
+fn guard_holder_locker_reclaimer() {
+    model(plant::NONE, holder_locker_reclaimer);
 }
 
 #[test]
@@ -188,15 +213,15 @@ fn guard_claim_race() {
 }
 
 #[test]
-#[should_panic(expected = "Concurrent write accesses")]
-fn planted_release_without_swap_is_caught() {
-    model(plant::RELEASE_WITHOUT_SWAP, holder_locker_reader);
+#[should_panic(expected = "Causality violation")]
+fn planted_reclaim_without_count_is_caught() {
+    model(plant::RECLAIM_WITHOUT_COUNT, holder_locker_reclaimer);
 }
 
 #[test]
 #[should_panic(expected = "Causality violation")]
-fn planted_unlock_without_acquire_is_caught() {
-    model(plant::UNLOCK_WITHOUT_ACQUIRE, holder_locker_reader);
+fn planted_reclaim_without_acquire_is_caught() {
+    model(plant::RECLAIM_WITHOUT_ACQUIRE, holder_locker_reclaimer);
 }
 
 #[test]
@@ -206,30 +231,26 @@ fn planted_publish_without_release_is_caught() {
 }
 
 #[test]
-fn cache_hands_each_slab_to_one_taker() {
+fn empties_hand_each_mark_to_one_taker() {
     model(plant::NONE, || {
-        let cache = Arc::new(SlabCache::<2>::new());
-        let pusher = |slab: u64, c: Arc<SlabCache<2>>| move || c.push(slab, 2);
-        let a = thread::spawn(pusher(0x20_0000, Arc::clone(&cache)));
-        let b = thread::spawn(pusher(0x40_0000, Arc::clone(&cache)));
+        let empties = Arc::new(EmptySlots::<2>::new());
+        let marker = |slot: u32, e: Arc<EmptySlots<2>>| move || e.mark(slot);
+        let a = thread::spawn(marker(3, Arc::clone(&empties)));
+        let b = thread::spawn(marker(40, Arc::clone(&empties)));
         let taker = {
-            let c = Arc::clone(&cache);
-            thread::spawn(move || c.pop(2))
+            let e = Arc::clone(&empties);
+            thread::spawn(move || e.take(64))
         };
-        let pushed = [a.join().unwrap(), b.join().unwrap()];
+        a.join().unwrap();
+        b.join().unwrap();
         let taken = taker.join().unwrap();
-        assert_eq!(pushed, [true, true], "a cache of 2 refused one of 2 slabs");
-        let mut rest = Vec::new();
-        while let Some(s) = cache.pop(2) {
-            rest.push(s);
+        let mut all: Vec<u32> = taken.into_iter().collect();
+        while let Some(s) = empties.take(64) {
+            all.push(s);
         }
-        let mut all: Vec<u64> = rest.into_iter().chain(taken).collect();
         all.sort_unstable();
-        assert_eq!(
-            all,
-            [0x20_0000, 0x40_0000],
-            "a slab lost or handed out twice"
-        );
+        assert_eq!(all, [3, 40], "a mark lost or taken twice");
+        assert_eq!((empties.count(), empties.marked()), (0, 0), "count off");
     });
 }
 

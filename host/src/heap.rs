@@ -26,7 +26,7 @@
 //!
 //! The host operates the device heap only through `DeviceHeap`'s own methods:
 //! it reads the whole heap into a host copy ([`HeapCopy`]), calls the method
-//! — `configure`, `pool_push`, `errors`, `traffic`, `take_cached`, `check`,
+//! — `configure`, `pool_push`, `errors`, `traffic`, `take_empty`, `check`,
 //! `census` — and writes the copy back when it changed something. Slab
 //! memory that `check` and `census` read goes through the device interface
 //! too, and only where the region has mapped granules.
@@ -60,7 +60,7 @@ use warpalloc_device::DeviceHeap;
 use warpalloc_device::abi::{
     ConfigValues, Errors, HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout, ProviderKind, Traffic,
 };
-use warpalloc_device::heap::{Census, DEFAULT_CACHE, LAYOUT, MAX_SLOTS, SlabMemory};
+use warpalloc_device::heap::{Census, LAYOUT, MAX_SLOTS, SlabMemory};
 use warpalloc_device::registry;
 use warpalloc_device::rpc::wire::{self, Port, Reply, Request};
 
@@ -96,8 +96,6 @@ pub struct HeapConfig {
     pub limit: Option<u64>,
     /// Device memory to leave free, checked before each mapping.
     pub headroom: u64,
-    /// Empty slabs the device keeps for reuse (0..=256).
-    pub slab_cache: u32,
     /// Slots of the slot table (1..=32 768).
     pub slots: u32,
     /// RPC ports (default: one per resident warp of the device, at most
@@ -112,7 +110,6 @@ impl Default for HeapConfig {
             reserve: None,
             limit: None,
             headroom: 0,
-            slab_cache: DEFAULT_CACHE,
             slots: MAX_SLOTS as u32,
             ports: None,
         }
@@ -379,7 +376,6 @@ impl Heap {
         };
         copy.configure(ConfigValues {
             slot_count: config.slots,
-            cache_limit: config.slab_cache,
             provider: match config.mode {
                 Mode::Rpc => ProviderKind::Rpc,
                 Mode::Pool { .. } => ProviderKind::Pool,
@@ -566,18 +562,21 @@ impl Heap {
         }))
     }
 
-    /// Gives the device's cached slabs back to the region and unmaps every
-    /// mapped granule that is free (synchronises first). Returns the bytes
-    /// unmapped. In pool mode the pool's slabs stay, cached or not: they are
-    /// the pool.
+    /// Takes the device's empty slabs back (the slots that publish a slab
+    /// with no live block) and unmaps every mapped granule that is free
+    /// (synchronises first). Returns the bytes unmapped. In pool mode the
+    /// empty slabs go back to the pool: the pool's slabs stay mapped.
     pub fn trim(&mut self) -> Result<u64, HostError> {
         self.quiesce()?;
         let mut taken = Vec::new();
-        if matches!(self.mode, Mode::Rpc) {
-            let copy = self.read_device_heap()?;
-            copy.take_cached(|slab| taken.push(slab));
-            self.write_device_heap(&copy)?;
+        let copy = self.read_device_heap()?;
+        copy.take_empty(|slab| taken.push(slab));
+        if matches!(self.mode, Mode::Pool { .. }) {
+            for slab in taken.drain(..) {
+                copy.pool_push(slab);
+            }
         }
+        self.write_device_heap(&copy)?;
         let mut region = lock(&self.region);
         for slab in taken {
             // A refusal here would mean the device cached something the

@@ -410,10 +410,10 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
     bar.finish_and_clear();
 
     let before_trim: HeapStats = heap.stats()?;
-    let held = before_trim.live.cached_slabs + before_trim.live.pool_slabs;
+    let held = before_trim.live.empty_slabs + before_trim.live.pool_slabs;
     if before_trim.region.in_use_bytes != held * GRANULE {
         problems.push(format!(
-            "after every kernel freed everything, {} are in use beyond the {held} cached or pooled slabs",
+            "after every kernel freed everything, {} are in use beyond the {held} empty or pooled slabs",
             bytes(before_trim.region.in_use_bytes.saturating_sub(held * GRANULE))
         ));
     }
@@ -421,7 +421,7 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
     let after_trim = heap.stats()?;
     let pooled = match heap.mode() {
         warpalloc::Mode::Pool { .. } => {
-            (after_trim.live.pool_slabs + after_trim.live.cached_slabs) * GRANULE
+            (after_trim.live.pool_slabs + after_trim.live.empty_slabs) * GRANULE
         }
         warpalloc::Mode::Rpc => 0,
     };

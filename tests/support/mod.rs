@@ -27,13 +27,12 @@ pub fn heap_with(config: HeapConfig) -> Heap {
     Heap::new(launcher, config).expect("a heap on the emulated device")
 }
 
-/// A heap of `capacity` bytes of address space (whole slabs), `slots` slots
-/// and a cache of `cache_limit` slabs.
-pub fn heap(capacity: u64, slots: u32, cache_limit: u32) -> Heap {
+/// A heap of `capacity` bytes of address space (whole slabs) and `slots`
+/// slots.
+pub fn heap(capacity: u64, slots: u32) -> Heap {
     heap_with(HeapConfig {
         reserve: Some(capacity),
         slots,
-        slab_cache: cache_limit,
         ..HeapConfig::default()
     })
 }
@@ -97,7 +96,7 @@ pub fn assert_clean(stats: &Stats, errors: Errors, context: &str) {
 }
 
 /// The heap's invariants hold, nothing is live, the region holds only the
-/// cached and pooled slabs, and after a trim only the pool stays mapped.
+/// empty and pooled slabs, and after a trim only the pool stays mapped.
 #[track_caller]
 pub fn assert_empty(heap: &mut Heap, context: &str) {
     assert_eq!(
@@ -112,11 +111,11 @@ pub fn assert_empty(heap: &mut Heap, context: &str) {
         "{context}: live after freeing everything: {:?}",
         s.live
     );
-    let held = s.live.cached_slabs + s.live.pool_slabs;
+    let held = s.live.empty_slabs + s.live.pool_slabs;
     assert_eq!(
         s.region.in_use_bytes,
         held * GRANULE,
-        "{context}: bytes in use beyond the cached and pooled slabs (a leak): {s:?}"
+        "{context}: bytes in use beyond the empty and pooled slabs (a leak): {s:?}"
     );
     assert_eq!(
         s.region
@@ -127,7 +126,7 @@ pub fn assert_empty(heap: &mut Heap, context: &str) {
     heap.trim().expect("trim");
     let s = heap.stats().expect("stats");
     let pooled = match heap.mode() {
-        Mode::Pool { .. } => (s.live.pool_slabs + s.live.cached_slabs) * GRANULE,
+        Mode::Pool { .. } => (s.live.pool_slabs + s.live.empty_slabs) * GRANULE,
         Mode::Rpc => 0,
     };
     assert_eq!(

@@ -7,7 +7,7 @@
 
 use super::DeviceHeap;
 use crate::granule::Granule;
-use crate::guard::INVALID;
+use crate::guard::LIVE;
 use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SHIFT, WORD_BITS};
 use crate::slab::{Header, MAGIC};
 
@@ -21,7 +21,7 @@ pub trait SlabMemory {
 /// What is live in a heap.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Census {
-    /// Slots that publish a slab.
+    /// Slots that publish a slab with live blocks.
     pub live_slabs: u64,
     /// Blocks allocated in slabs (set bits).
     pub live_blocks: u64,
@@ -31,8 +31,9 @@ pub struct Census {
     pub large_blocks: u64,
     /// Their bytes.
     pub large_bytes: u64,
-    /// Empty slabs in the cache.
-    pub cached_slabs: u64,
+    /// Slots that publish an empty slab (no live block): its class's next
+    /// malloc, or any claim of a new slab, takes it; `trim` gives it back.
+    pub empty_slabs: u64,
     /// Slabs in the pool.
     pub pool_slabs: u64,
 }
@@ -134,7 +135,7 @@ impl DeviceHeap {
                 phantom |= w & !valid != 0;
             })?;
             let refs = self.slot(index).raw_count();
-            if refs & INVALID != 0 || refs < set {
+            if refs & LIVE == 0 || refs & !LIVE < set {
                 return Err("a slab's reference count is below its set bits");
             }
             if phantom {
@@ -148,26 +149,8 @@ impl DeviceHeap {
                 return Err("a granule entry names a slot that does not publish its slab");
             }
         }
-        let mut dirty = Ok(false);
-        self.cache.for_each(|slab| {
-            if self.granule_of(slab).is_none() {
-                dirty = Err("a cached slab lies outside the region");
-                return;
-            }
-            let Some(header) = read_header(mem, slab) else {
-                dirty = Err("a cached slab's header cannot be read");
-                return;
-            };
-            if let Err(e) = for_each_word(mem, slab, header.words.min(1 << 12), |_, w| {
-                if w != 0 {
-                    dirty = Ok(true);
-                }
-            }) {
-                dirty = Err(e);
-            }
-        });
-        if dirty? {
-            return Err("a cached slab has bits set");
+        if self.empties.count() != self.empties.marked() {
+            return Err("the empty-slot count is not the number of marked slots");
         }
         Ok(())
     }
@@ -175,12 +158,10 @@ impl DeviceHeap {
     /// What is live in a quiescent heap, reading slabs through `mem`.
     pub fn census(&self, mem: &dyn SlabMemory) -> Result<Census, &'static str> {
         let mut c = Census {
-            cached_slabs: self.cached_slabs() as u64,
             pool_slabs: self.pool_len() as u64,
             ..Census::default()
         };
         for (_, slab) in self.published() {
-            c.live_slabs += 1;
             if self.granule_of(slab).is_none() {
                 return Err("a published slab lies outside the region");
             }
@@ -190,6 +171,11 @@ impl DeviceHeap {
             for_each_word(mem, slab, geo.words, |_, w| {
                 set += u64::from(w.count_ones())
             })?;
+            if set == 0 {
+                c.empty_slabs += 1;
+            } else {
+                c.live_slabs += 1;
+            }
             c.live_blocks += set;
             c.live_block_bytes += set * u64::from(geo.block);
         }

@@ -3,16 +3,17 @@
 //!
 //! ```text
 //!   DeviceHeap (repr(C); abi.rs has the layout the host checks)
-//!   ├── config      slot count, cache limit, provider, region   (host-written)
+//!   ├── config      slot count, provider, region                (host-written)
 //!   ├── errors      double / invalid frees, first bad address, OOM count
-//!   ├── counters    slabs from provider / cache, to cache / provider; large
+//!   ├── counters    slabs from the provider, reclaimed, given back; large
 //!   ├── mailbox     where the host's RPC ports are, and their lock bits
 //!   ├── pool        slabs mapped before launch (pool mode), a lock-free stack
 //!   ├── slots[]     32 768 guards → slabs (64 GiB of 2 MiB slabs)
 //!   ├── hints[]     per size class: the slot that served it last
 //!   ├── granules[]  per 2 MiB granule of the region: Unused | Slab(slot) |
 //!   │               Large(granules) | Freed — what `free` may touch
-//!   └── cache       released slabs kept for reuse (bounded, lock-free)
+//!   └── empties     slots whose slab went empty (a bitmap): what a claim
+//!                   takes over before asking the host
 //! ```
 //!
 //! The heap lives in device memory that the host's `Heap` allocated; each
@@ -36,15 +37,19 @@
 //! the group (so the slab cannot die under them), clear their bits — a bit
 //! already clear is a double free, counted, nothing changed — and give back
 //! the group's references plus one per block freed. The release that reaches
-//! zero disposes of the slab.
+//! zero leaves the slab published, empty, and marks its slot in `empties`:
+//! its class's next malloc takes it as it is, and a claim of a new slab (any
+//! class) takes it over before asking the host; `trim` gives it back. The
+//! free path never disposes of a slab, so it never talks to the host.
 //!
 //! Invariants (`check` verifies them when the heap is quiescent):
 //! * a published slot's slab has `header.slot == index`, its granule entry is
 //!   `Slab(index)`, and `refs ≥ set bits`; no bit at or above `usable` is set;
-//! * a cached slab has every bit clear;
+//! * a published slab with a zero count has every bit clear (it is empty);
+//! * `empties.count` = the marked slots (when quiescent);
 //! * every granule the provider handed out is exactly one of: a published
-//!   slab, a cached or pooled slab, a slab being created or disposed of, a
-//!   live large block.
+//!   slab, a pooled slab, a slab being created or taken over, a live large
+//!   block.
 
 mod check;
 mod search;
@@ -54,7 +59,7 @@ pub use check::{Census, SlabMemory};
 use crate::abi::{
     ConfigValues, Counters, DeviceConfig, ErrorRecord, Errors, Layout, ProviderKind, Traffic,
 };
-use crate::cache::SlabCache;
+use crate::empty::EmptySlots;
 use crate::granule::{Granule, GranuleTable};
 use crate::guard::{Guard, Lock};
 use crate::pool::SlabPool;
@@ -72,10 +77,6 @@ pub const MAX_SLOTS: usize = 32_768;
 pub const MAX_REGION: u64 = 64 << 30;
 /// Granule-table entries: one per 2 MiB of the largest region.
 pub const REGION_GRANULES: usize = (MAX_REGION >> SLAB_SHIFT) as usize;
-/// Entries of the slab cache (its limit is configured up to this).
-pub const MAX_CACHE: usize = 256;
-/// The slab cache's default limit.
-pub const DEFAULT_CACHE: u32 = 32;
 
 const _: () = assert!(REGION_GRANULES == MAX_SLOTS);
 const _: () = assert!(MAX_SLOTS.is_power_of_two() && MAX_SLOTS <= 1 << 30);
@@ -94,11 +95,12 @@ pub struct DeviceHeap {
     slots: SharedArray<Guard, MAX_SLOTS>,
     hints: [AtomicU32; CLASS_COUNT],
     granules: GranuleTable<REGION_GRANULES>,
-    cache: SlabCache<MAX_CACHE>,
+    empties: EmptySlots<{ MAX_SLOTS / 32 }>,
     /// Set when the provider refused a slab, to the memory generation the
     /// request was made in, plus one: the heap is exhausted while that is
-    /// still `memory_generation + 1` — until memory comes back (a slab
-    /// disposed of, a large block freed, the host's `trim`). A refusal that
+    /// still `memory_generation + 1` — until memory comes back (a large
+    /// block freed, the host's `trim`; an emptied slab is seen through
+    /// `empties` instead). A refusal that
     /// raced with memory coming back is stale at once. While exhausted,
     /// `find_slab` claims no empty slot and scans a bounded window
     /// (`search.rs`), so an out-of-memory malloc costs about what a
@@ -120,7 +122,7 @@ pub const LAYOUT: Layout = Layout {
     slots: core::mem::offset_of!(DeviceHeap, slots) as u64,
     hints: core::mem::offset_of!(DeviceHeap, hints) as u64,
     granules: core::mem::offset_of!(DeviceHeap, granules) as u64,
-    cache: core::mem::offset_of!(DeviceHeap, cache) as u64,
+    empties: core::mem::offset_of!(DeviceHeap, empties) as u64,
     port_size: core::mem::size_of::<crate::rpc::wire::Port>() as u64,
     slab_size: SLAB_SIZE,
 };
@@ -170,7 +172,7 @@ impl DeviceHeap {
             slots: SharedArray::new([const { Guard::new() }; MAX_SLOTS]),
             hints: [const { AtomicU32::new(0) }; CLASS_COUNT],
             granules: GranuleTable::new(),
-            cache: SlabCache::new(),
+            empties: EmptySlots::new(),
             exhausted: AtomicU32::new(0),
             memory_generation: AtomicU32::new(0),
         }
@@ -201,8 +203,8 @@ impl DeviceHeap {
             .store(generation.wrapping_add(1), Ordering::Relaxed);
     }
 
-    /// Memory came back (a slab went to the cache, pool or host; a large
-    /// block was freed; the host trimmed): new slabs may be had again.
+    /// Memory came back (a large block was freed; the host trimmed): new
+    /// slabs may be had again.
     #[inline(always)]
     fn memory_returned(&self) {
         self.memory_generation.fetch_add(1);
@@ -214,17 +216,12 @@ impl DeviceHeap {
 
     #[inline(always)]
     fn slot_count(&self) -> u32 {
-        self.config.slot_count.load(Ordering::Relaxed)
+        self.config.slot_count.load_config()
     }
 
     #[inline(always)]
     fn provider(&self) -> ProviderKind {
-        ProviderKind::from_raw(self.config.provider.load(Ordering::Relaxed))
-    }
-
-    #[inline(always)]
-    fn cache_limit(&self) -> usize {
-        self.config.cache_limit.load(Ordering::Relaxed) as usize
+        ProviderKind::from_raw(self.config.provider.load_config())
     }
 
     /// Writes a whole configuration (clamped, see
@@ -233,7 +230,6 @@ impl DeviceHeap {
     pub fn configure(&self, values: ConfigValues) {
         let v = values.clamped();
         let c = &self.config;
-        c.cache_limit.store(v.cache_limit, Ordering::Relaxed);
         c.provider.store(v.provider, Ordering::Relaxed);
         c.region_base.store(v.region_base, Ordering::Relaxed);
         c.region_len.store(v.region_len, Ordering::Relaxed);
@@ -247,7 +243,6 @@ impl DeviceHeap {
         let (mailbox, port_count) = self.mailbox.ports();
         ConfigValues {
             slot_count: c.slot_count.load(Ordering::Relaxed),
-            cache_limit: c.cache_limit.load(Ordering::Relaxed),
             provider: c.provider.load(Ordering::Relaxed),
             port_count,
             region_base: c.region_base.load(Ordering::Relaxed),
@@ -259,8 +254,8 @@ impl DeviceHeap {
     /// The region this heap manages: (base, length).
     pub fn region(&self) -> (u64, u64) {
         (
-            self.config.region_base.load(Ordering::Relaxed),
-            self.config.region_len.load(Ordering::Relaxed),
+            self.config.region_base.load_config(),
+            self.config.region_len.load_config(),
         )
     }
 
@@ -290,7 +285,7 @@ impl DeviceHeap {
     /// The address of granule `index`.
     #[inline(always)]
     fn granule_addr(&self, index: u32) -> u64 {
-        self.config.region_base.load(Ordering::Relaxed) + (u64::from(index) << SLAB_SHIFT)
+        self.config.region_base.load_config() + (u64::from(index) << SLAB_SHIFT)
     }
 
     // ----------------------------------------------------------------------
@@ -503,20 +498,19 @@ impl DeviceHeap {
             self.errors.record(counter, addr);
         }
         let blocks_freed = simt::ballot(uniform, freed).count_ones();
-        self.release_slot(slot, uniform, n + blocks_freed);
+        let after = self.release_slot(slot, uniform, n + blocks_freed);
         // A free into a full slab gives it room: point the class's hint at
         // it, so that the class's next malloc (and an exhausted heap's
-        // bounded search) finds it. One load, by the group's leader.
-        if blocks_freed > 0
+        // bounded search) finds it. The count the release returned says so:
+        // no load.
+        if let Some(g) = geo
             && simt::lane_id() == leader
-            && let Some(g) = geo
+            && after != 0
+            && after < g.usable
+            && after + blocks_freed >= g.usable
         {
-            let after = self.slot(slot).use_count();
-            let usable = g.usable;
-            if after != 0 && after < usable && after + blocks_freed >= usable {
-                self.class_hint(class_index(g.block))
-                    .store(slot + 1, Ordering::Relaxed);
-            }
+            self.class_hint(class_index(g.block))
+                .store(slot + 1, Ordering::Relaxed);
         }
     }
 
@@ -560,17 +554,13 @@ impl DeviceHeap {
         self.counters.snapshot()
     }
 
-    /// Slots that publish a slab now (quiescent heap).
-    pub fn live_slabs(&self) -> usize {
+    /// Slots that publish a slab now, empty ones included (quiescent
+    /// heap).
+    pub fn published_slabs(&self) -> usize {
         self.slots
             .iter(self.slot_count() as usize)
             .filter(|g| g.peek().is_some())
             .count()
-    }
-
-    /// Slabs in the cache now.
-    pub fn cached_slabs(&self) -> usize {
-        self.cache.len()
     }
 
     /// Slabs in the pool now (quiescent heap).
@@ -578,18 +568,29 @@ impl DeviceHeap {
         self.pool.len()
     }
 
-    /// Empties the cache, handing each slab to `f` and counting it as given
-    /// back to the provider (host side, no kernel running: a trim gives them
-    /// back to the backing). Returns how many.
-    pub fn take_cached(&self, mut f: impl FnMut(u64)) -> usize {
-        // The slabs go back to the region: new slabs may be had again.
-        self.memory_returned();
+    /// Takes over every empty published slab (host side, no kernel
+    /// running: a trim), handing each to `f`: the granule table forgets it,
+    /// its slot is emptied and unmarked. Returns how many.
+    pub fn take_empty(&self, mut f: impl FnMut(u64)) -> usize {
         let mut n = 0;
-        self.cache.drain(|slab| {
-            self.counters.slabs_to_provider.fetch_add(1);
-            f(slab);
-            n += 1;
-        });
+        for index in 0..self.slot_count() {
+            let guard = self.slot(index);
+            if guard.peek().is_none() || guard.use_count() != 0 {
+                continue;
+            }
+            if let Some(slab) = guard.reclaim() {
+                if let Some(granule) = self.granule_of(slab) {
+                    self.granules.set(granule, Granule::Freed);
+                }
+                self.empties.clear(index);
+                guard.vacate();
+                self.counters.slabs_to_provider.fetch_add(1);
+                f(slab);
+                n += 1;
+            }
+        }
+        // The slabs went back: new slabs may be had again.
+        self.memory_returned();
         n
     }
 }

@@ -13,9 +13,20 @@
 //! Lanes aiming at the same slot form a `uniform` group whose leader locks
 //! the slot for all of them with one atomic (the guard's count grows by the
 //! group's size); each lane's position among the reservations tells whether
-//! it got room. A group that claimed an empty slot gets a slab (cache, pool,
-//! else the host), zeroes its bitfield together and publishes it. The scan
-//! ends at the table's end: out of memory.
+//! it got room. A group that claimed an empty slot gets a slab (an empty
+//! slab of another slot taken over, else the pool or the host), zeroes its
+//! bitfield together and publishes it. The scan ends at the table's end:
+//! out of memory.
+//!
+//! # A slab's life in a slot
+//! Claimed (the slot was empty) → created and published by the claiming
+//! group → locked and released by mallocs and frees; a release to zero
+//! leaves it published and empty, and marks it in `empties` → either its
+//! class takes it again (a lock of a zero count), or a claim elsewhere takes
+//! it over (`Guard::reclaim`: a CAS of the live zero count to dead), empties
+//! the slot and uses the slab for its own. A free never disposes of a slab:
+//! the work (and the registers) of taking one over is on the claim's path,
+//! which allocates anyway.
 //!
 //! # Hints and out of memory (the policy)
 //! `hint[class]` names the slot where the class last found room: a malloc
@@ -25,8 +36,9 @@
 //! freed, the host's `trim`; a generation count makes a refusal that raced
 //! with such a return stale at once). A refusal that was only temporary on
 //! the host's side (its headroom check, fault injection, another process
-//! freeing device memory) stays in force until one of those happens. While it is, a search asks the host nothing,
-//! claims no empty slot (unless the cache or pool holds a slab) and looks at
+//! freeing device memory) stays in force until one of those happens. While
+//! it is, a search asks the host nothing, claims no empty slot (unless a
+//! slab went empty or the pool holds one) and looks at
 //! the hint and the `EXHAUSTED_WINDOW` slots from the class's start only; so
 //! an out-of-memory malloc costs about what a successful one does. Worst
 //! case: room in a slab of the class that is neither the hint nor in that
@@ -34,6 +46,7 @@
 //! start slot on, so the window covers its first 32).
 
 use super::DeviceHeap;
+use super::MAX_SLOTS;
 use crate::abi::ProviderKind;
 use crate::granule::Granule;
 use crate::guard::{Lock, MAX_TRIES};
@@ -45,13 +58,31 @@ use crate::sync::Ordering;
 
 /// `count` from a lock that claimed an empty slot: the group must create the
 /// slab.
-const FRESH: u32 = u32::MAX;
-/// `count` from a lock whose claim found no memory.
-const NO_MEMORY: u32 = u32::MAX - 1;
+const CLAIM: u32 = u32::MAX;
 /// `count` from a lock of an empty slot the lane may not claim: move on.
 const SKIP: u32 = u32::MAX - 2;
 /// `count` from a lock of a slot being created: wait for it.
 const CREATING: u32 = u32::MAX - 3;
+
+/// Outcome of a scan or a creation: nothing found (null).
+const NOTHING: u32 = 0;
+/// Outcome: a slab with room, and a reservation on it.
+const FOUND: u32 = 1;
+/// Outcome of a scan: the lane's group claimed an empty slot (the slot in
+/// `Found::reserved`, the group in `Found::uniform`) and must create a slab.
+const CLAIMED: u32 = 2;
+/// Outcome of a creation that found no memory: search again, existing slabs
+/// only.
+const NO_MEMORY: u32 = 3;
+/// Outcome `RETRY | offset`: scan again from `offset` (a slot being created
+/// there, or a new slab too small for the whole group).
+const RETRY: u32 = 1 << 31;
+
+const _: () = assert!(MAX_SLOTS < RETRY as usize);
+
+/// Marks of `empties` a claim tries before asking the host (a mark is
+/// stale when its slab's class took the slab again).
+const TAKE_OVER_TRIES: u32 = 4;
 
 /// Slots an out-of-memory search looks at after the class's hint: the scan
 /// is bounded, so a malloc that returns null because the heap is full costs
@@ -93,8 +124,50 @@ impl DeviceHeap {
     }
 
     /// Finds each lane of `lane_mask` a slab of class `class` with room, and
-    /// a reservation on it.
+    /// a reservation on it (`slab == 0`: no memory).
+    ///
+    /// Rounds of a scan and the creations it asked for: the scan locks a
+    /// slab with room or claims an empty slot; after it, outside its loop
+    /// (so that its state is dead and the registers of the slow part do not
+    /// add to it), each claiming group creates its slab. A lane whose claim
+    /// found no memory (the heap is now marked exhausted), or that met a
+    /// slot being created (by its own warp, perhaps: waiting inside the
+    /// scan could deadlock), scans again from where it stopped.
     pub(super) fn find_slab(&self, lane_mask: u32, class: usize) -> Found {
+        let mut pending = lane_mask;
+        let mut resume = 0u32;
+        let mut backoff = simt::Backoff::new();
+        loop {
+            let (mut found, mut outcome) = self.scan(pending, class, resume);
+            if outcome == CLAIMED {
+                // `found.reserved` is the claimed slot, `found.uniform` the
+                // group that claimed it.
+                (found, outcome) = self.create(found.uniform, found.reserved, class);
+            }
+            let again = outcome == NO_MEMORY || outcome & RETRY != 0;
+            pending = simt::ballot(pending, again);
+            if !again {
+                return found;
+            }
+            // The lanes of `pending`, all of them here. Being created:
+            // resume at that offset; no memory: search existing slabs only
+            // (the exhausted mark says so), from the hint.
+            resume = if outcome == NO_MEMORY {
+                0
+            } else {
+                outcome & !RETRY
+            };
+            backoff.snooze();
+        }
+    }
+
+    /// One scan for the lanes of `lane_mask` from offset `resume` (0: the
+    /// class's hint; `o > 0`: slot `start + o - 1`). Returns the lane's
+    /// result and outcome: FOUND (a slab with room, and a reservation),
+    /// CLAIMED (`reserved` is a slot the lane's group, `uniform`, claimed:
+    /// it must create the slab), `RETRY | offset` (a slot being created:
+    /// scan again from there), or NOTHING.
+    fn scan(&self, lane_mask: u32, class: usize, resume: u32) -> (Found, u32) {
         let geo = geometry(class);
         let usable = geo.usable;
         let slot_count = self.slot_count();
@@ -105,28 +178,29 @@ impl DeviceHeap {
             reserved: 0,
             uniform: 0,
         };
+        let mut outcome = NOTHING;
         // Out of memory (the provider refused a slab, none came back since):
-        // claim no empty slot unless the cache or pool has a slab, and look
-        // at the hint and a bounded window only.
-        // (Decided once for all the lanes, so that the probes below are
-        // collectives they all take part in.)
+        // claim no empty slot unless a slab went empty or the pool has one,
+        // and look at the hint and a bounded window only. (Decided once for
+        // all the lanes, so that the probes below are collectives they all
+        // take part in.)
         let exhausted = simt::ballot(lane_mask, self.is_exhausted()) != 0;
         let at_hand = exhausted && simt::ballot(lane_mask, self.slab_at_hand()) != 0;
         let probe = exhausted && !at_hand;
-        let mut may_claim = !probe;
-        let mut limit = if exhausted {
+        let may_claim = !probe;
+        let limit = if exhausted {
             EXHAUSTED_WINDOW.min(slot_count)
         } else {
             slot_count
         };
-        let mut offset = 0u32;
+        let mut offset = resume;
         let mut retries = 0u32;
         let mut backoff = simt::Backoff::new();
-        let mut done = false;
+        let mut done = offset > limit;
         loop {
             let active = simt::ballot(lane_mask, !done);
             if active == 0 {
-                return found;
+                return (found, outcome);
             }
             if done {
                 continue;
@@ -153,16 +227,16 @@ impl DeviceHeap {
             } else {
                 wrap(base, offset - 1, slot_count)
             };
-            let guard = self.slot(index);
-            // A slot whose count is 0 is empty (or dying): worth a lock only
-            // to claim it.
-            let count = guard.use_count();
+            // A slot whose count is 0 is empty, being created or taken
+            // over, or an empty slab: worth a lock only to claim it (or to
+            // find the empty slab ours).
+            let count = self.slot(index).use_count();
             let available = offset == 0 || (count < usable && (may_claim || count > 0));
             let slab_mask = simt::ballot(searching, available);
             if available {
                 let key = ((class as u64) << 32) | u64::from(index);
                 let group = simt::match_any_u64(slab_mask, key);
-                let (slab, count) = self.try_lock(slab_mask, group, index, class, may_claim);
+                let (slab, count) = self.try_lock(slab_mask, group, index, may_claim);
                 // SAFETY: a non-zero `slab` is live and referenced by us.
                 let fits = slab != 0
                     && count <= usable
@@ -170,6 +244,12 @@ impl DeviceHeap {
                 let locked = simt::ballot(slab_mask, fits);
                 let spare = simt::ballot(slab_mask, slab != 0) & !locked;
                 if fits {
+                    if count == 1 {
+                        // The first reservation of a slab that had none:
+                        // an empty slab of ours put back to use (one lane
+                        // counts it; a new slab's come from `create`).
+                        self.counters.slabs_revived.fetch_add(1);
+                    }
                     if index != hint && simt::is_leader(group & locked) {
                         self.class_hint(class).store(index + 1, Ordering::Relaxed);
                     }
@@ -178,29 +258,33 @@ impl DeviceHeap {
                         reserved: count,
                         uniform: group & locked,
                     };
+                    outcome = FOUND;
                     done = true;
                 } else if slab != 0 {
                     // Wrong class, or more lanes than room: give the group's
                     // unused references back.
                     self.unlock_slot(index, spare & group);
-                } else if count == NO_MEMORY {
-                    // No memory for new slabs: keep looking for room in
-                    // existing ones only, within the window.
-                    may_claim = false;
-                    limit = limit.min(offset + EXHAUSTED_WINDOW);
+                } else if count == CLAIM {
+                    found.reserved = index;
+                    found.uniform = group;
+                    outcome = CLAIMED;
+                    done = true;
                 } else if count == CREATING {
-                    // Being created, most likely for our class: wait for it
-                    // rather than create a second slab. The creators make
-                    // progress on their own (they wait for no one), so this
-                    // ends.
-                    backoff.snooze();
-                    continue;
+                    // Being created, most likely for our class: come back
+                    // after this round's creations (its creators may be in
+                    // this warp, waiting for us at our next collective).
+                    outcome = RETRY | offset;
+                    done = true;
                 } else if count != SKIP && retries < MAX_TRIES {
-                    // Being destroyed: it will be empty (claimable) soon.
+                    // Being taken over (by another warp): it will be empty
+                    // (claimable) soon.
                     retries += 1;
                     backoff.snooze();
                     continue;
                 }
+            }
+            if done {
+                continue;
             }
             retries = 0;
             offset += 1;
@@ -245,84 +329,105 @@ impl DeviceHeap {
 
     /// Locks slot `index` for the lanes of `group` (a subset of
     /// `lane_mask`, all calling). Returns the slab and the lane's 1-based
-    /// position among its reservations, or (0, 0 | NO_MEMORY | SKIP |
+    /// position among its reservations, or (0, 0 | CLAIM | SKIP |
     /// CREATING).
-    fn try_lock(
-        &self,
-        lane_mask: u32,
-        group: u32,
-        index: u32,
-        class: usize,
-        may_claim: bool,
-    ) -> (u64, u32) {
+    fn try_lock(&self, lane_mask: u32, group: u32, index: u32, may_claim: bool) -> (u64, u32) {
         let leader = simt::leader(group);
         let n = group.count_ones();
-        let guard = self.slot(index);
-        let (mut slab, mut count, mut clean_words) = (0u64, 0u32, 0u32);
+        let (mut slab, mut count) = (0u64, 0u32);
         if simt::lane_id() == leader {
-            match guard.lock(n, may_claim) {
+            match self.slot(index).lock(n, may_claim) {
                 Lock::Acquired { slab: s, count: c } => (slab, count) = (s, c),
-                Lock::Claimed => {
-                    let generation = self.memory_generation();
-                    match self.obtain_slab() {
-                        Some((s, clean)) => (slab, count, clean_words) = (s, FRESH, clean),
-                        None => {
-                            guard.abandon();
-                            // The provider refused: remember it until memory
-                            // comes back (stale at once if it came back
-                            // while we asked).
-                            self.refused(generation);
-                            count = NO_MEMORY;
-                        }
-                    }
-                }
+                Lock::Claimed => count = CLAIM,
                 Lock::Empty => count = SKIP,
                 Lock::Creating => count = CREATING,
                 Lock::Busy => {}
             }
         }
         let slab = simt::shfl_u64(lane_mask, slab, leader);
-        let mut count = simt::shfl_u32(lane_mask, count, leader);
+        let count = simt::shfl_u32(lane_mask, count, leader);
         if slab == 0 {
             return (0, count);
-        }
-        if count == FRESH {
-            // The whole group creates the slab: zero the bitfield together,
-            // then the leader publishes it.
-            let clean_words = simt::shfl_u32(group, clean_words, leader);
-            // SAFETY: the group owns the claimed slot's new slab exclusively.
-            unsafe { Slab(slab).init(group, geometry(class), index, clean_words) };
-            if simt::lane_id() == leader {
-                if let Some(granule) = self.granule_of(slab) {
-                    self.granules.set(granule, Granule::Slab { slot: index });
-                }
-                count = guard.publish(slab, n);
-            }
-            count = simt::shfl_u32(group, count, leader);
         }
         let rank = (group & simt::lanemask_lt()).count_ones();
         (slab, count - n + rank + 1)
     }
 
-    /// Whether a slab can be had without the host: the pool holds one, or
-    /// the cache's most recent entry does (checked, in O(1), when the heap
-    /// is exhausted: a slab pushed while a refusal was in flight must not be
-    /// stranded).
+    /// The lanes of `group` (all calling) claimed slot `index`: they get a
+    /// slab (an empty one taken over, the pool's, or the host's), zero its
+    /// bitfield together and publish it with a reservation each. Returns
+    /// FOUND, or NO_MEMORY (the claim given up, the heap marked exhausted).
+    fn create(&self, group: u32, index: u32, class: usize) -> (Found, u32) {
+        let leader = simt::leader(group);
+        let (mut slab, mut clean_words) = (0u64, 0u32);
+        if simt::lane_id() == leader {
+            let generation = self.memory_generation();
+            match self.obtain_slab() {
+                Some((s, clean)) => (slab, clean_words) = (s, clean),
+                None => {
+                    self.slot(index).abandon();
+                    // The provider refused: remember it until memory comes
+                    // back (stale at once if it came back while we asked).
+                    self.refused(generation);
+                }
+            }
+        }
+        let slab = simt::shfl_u64(group, slab, leader);
+        let none = Found {
+            slab: 0,
+            reserved: 0,
+            uniform: 0,
+        };
+        if slab == 0 {
+            return (none, NO_MEMORY);
+        }
+        let clean_words = simt::shfl_u32(group, clean_words, leader);
+        // SAFETY: the group owns the claimed slot's new slab exclusively.
+        unsafe { Slab(slab).init(group, geometry(class), index, clean_words) };
+        let n = group.count_ones();
+        if simt::lane_id() == leader {
+            if let Some(granule) = self.granule_of(slab) {
+                self.granules.set(granule, Granule::Slab { slot: index });
+            }
+            self.slot(index).publish(slab, n);
+        }
+        // The count is `n` after the publication: the lanes' positions are
+        // 1..=n. A group larger than the class's blocks (the largest
+        // classes) keeps what fits; the others give their references back
+        // and search again.
+        let reserved = (group & simt::lanemask_lt()).count_ones() + 1;
+        let fits = reserved <= geometry(class).usable;
+        let spare = simt::ballot(group, !fits);
+        if spare != 0 {
+            self.unlock_slot(index, spare);
+        }
+        if !fits {
+            return (none, RETRY);
+        }
+        (
+            Found {
+                slab,
+                reserved,
+                uniform: group & !spare,
+            },
+            FOUND,
+        )
+    }
+
+    /// Whether a slab can be had without the host: a slot is marked empty,
+    /// or the pool holds one (checked, in O(1), when the heap is exhausted:
+    /// a slab emptied while a refusal was in flight must not be stranded).
     fn slab_at_hand(&self) -> bool {
-        self.cache.recently_filled(self.cache_limit())
+        self.empties.count() != 0
             || (self.provider() == ProviderKind::Pool && !self.pool.is_empty())
     }
 
-    /// A slab for a claimed slot: from the cache, else the pool or the host.
-    /// Returns it with the number of bitfield words known to be zero.
+    /// A slab for a claimed slot: an empty slab taken over, else one from
+    /// the pool or the host. Returns it with the number of bitfield words
+    /// known to be zero.
     fn obtain_slab(&self) -> Option<(u64, u32)> {
-        if let Some(slab) = self.cache.pop(self.cache_limit()) {
-            self.counters.slabs_from_cache.fetch_add(1);
-            // SAFETY: cached slabs are mapped, with the header of their last
-            // life; every bit of that life's bitfield is clear (the cache's
-            // invariant).
-            let words = unsafe { Slab(slab).header() }.words;
-            return Some((slab, words));
+        if let Some(taken) = self.take_over_empty() {
+            return Some(taken);
         }
         let slab = if self.provider() == ProviderKind::Pool {
             self.pool_pop().unwrap_or(0)
@@ -340,43 +445,48 @@ impl DeviceHeap {
         Some((slab, 0))
     }
 
+    /// Takes over an empty slab that `empties` names: a few marks are tried
+    /// (a mark is stale when the slab's class took it again), each costing
+    /// a load and two atomics. The slot it came from is emptied.
+    fn take_over_empty(&self) -> Option<(u64, u32)> {
+        let slots = self.slot_count();
+        for _ in 0..TAKE_OVER_TRIES {
+            let from = self.empties.take(slots)?;
+            let guard = self.slot(from);
+            let Some(slab) = guard.reclaim() else {
+                continue;
+            };
+            // The slab is ours: no reference to it exists, and the slot's
+            // count is dead. The granule table still names its old slot (a
+            // stale free finds that slot empty, or holding another slab,
+            // and counts a double free) until our publication renames it.
+            guard.vacate();
+            self.counters.slabs_reclaimed.fetch_add(1);
+            // SAFETY: a published slab is mapped, with its header; a zero
+            // count means every bit is clear (`count ≥ set bits`).
+            let words = unsafe { Slab(slab).header() }.words;
+            return Some((slab, words));
+        }
+        None
+    }
+
     /// Gives back one reference per lane of `mask` to slot `index` (the
-    /// lowest lane of `mask` does it); disposes of the slab if that was the
-    /// last.
+    /// lowest lane of `mask` does it).
     fn unlock_slot(&self, index: u32, mask: u32) {
         self.release_slot(index, mask, mask.count_ones());
     }
 
-    /// The lowest lane of `mask` gives back `n` references to slot `index`.
-    pub(super) fn release_slot(&self, index: u32, mask: u32, n: u32) {
+    /// The lowest lane of `mask` gives back `n` references to slot `index`;
+    /// it gets the count after (other lanes: 0). A release to zero marks the
+    /// slot's slab empty; it stays published.
+    pub(super) fn release_slot(&self, index: u32, mask: u32, n: u32) -> u32 {
         if !simt::is_leader(mask) || n == 0 {
-            return;
+            return 0;
         }
-        let guard = self.slot(index);
-        if let Some(slab) = guard.unlock(n) {
-            self.dispose(slab);
-            guard.vacate();
+        let after = self.slot(index).unlock(n);
+        if after == 0 {
+            self.empties.mark(index);
         }
-    }
-
-    /// Disposes of an empty slab whose destruction the caller won: the
-    /// granule table forgets it, then the cache, the pool or the host takes
-    /// it.
-    fn dispose(&self, slab: u64) {
-        if let Some(granule) = self.granule_of(slab) {
-            self.granules.set(granule, Granule::Freed);
-        }
-        if self.cache.push(slab, self.cache_limit()) {
-            self.counters.slabs_to_cache.fetch_add(1);
-        } else if self.provider() == ProviderKind::Pool {
-            // Pool slabs stay with the device: no RPC on the slab path.
-            if let Some(granule) = self.granule_of(slab) {
-                self.pool.push(granule);
-            }
-        } else {
-            self.counters.slabs_to_provider.fetch_add(1);
-            self.system_deallocate(slab, SLAB_SIZE);
-        }
-        self.memory_returned();
+        after
     }
 }

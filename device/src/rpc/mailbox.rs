@@ -55,10 +55,8 @@ impl Mailbox {
 
     /// The bound ports: (device address, count).
     pub fn ports(&self) -> (u64, u32) {
-        (
-            self.ports.load(Ordering::Relaxed),
-            self.count.load(Ordering::Relaxed),
-        )
+        // Plain reads: the host binds the mailbox between launches only.
+        (self.ports.load_config(), self.count.load_config())
     }
 
     /// Ports locked now (host side, between launches: 0 when every call

@@ -1,0 +1,165 @@
+//! Empty slabs: the slots whose slab a `free` took to zero references.
+//!
+//! An emptied slab stays published in its slot: the next malloc of its
+//! class takes it as it is, and a claim of a new slab for any class takes it
+//! over (`Guard::reclaim`) before asking the host. `free` only records the
+//! slot here — one `fetch_or`, no disposal on the free path — so that a
+//! claim finds an empty slab without scanning the slot table.
+//!
+//! ```text
+//!   count      about how many bits are set (0: nothing to look for)
+//!   hint       the word of the last mark: takes start there
+//!   words[]    bit s % 32 of word s / 32: slot s's slab went empty
+//!
+//!   free (release → 0):  fetch_or(bit) ─ newly set? ─► count += 1
+//!   claim:  count > 0 ─► from the hint, the first set bit ─► fetch_and: won?
+//!           ─► count -= 1 ─► Guard::reclaim(0): the slab is ours if still empty
+//! ```
+//!
+//! A bit is a hint, not ownership: the slab may have been taken again by its
+//! class since (the reclaim's compare-and-swap of a zero count then fails,
+//! and the taker moves on), and a slab may go empty again while its bit is
+//! still set (one bit for both). Invariants: a bit is set by the one
+//! `fetch_or` that found it clear and cleared by the one `fetch_and` that
+//! found it set; `count` is incremented after the first and decremented
+//! after the second, so when no one is between those steps, `count` equals
+//! the set bits (checked by `DeviceHeap::check`).
+
+use crate::index::wrap;
+use crate::sync::{AtomicU32, Ordering, SharedArray};
+
+/// Slots whose slab went empty, as a bitmap over `WORDS · 32` slots
+/// (`repr(C)`: the count, the hint, then the words).
+#[repr(C)]
+#[derive(Debug)]
+pub struct EmptySlots<const WORDS: usize> {
+    count: AtomicU32,
+    hint: AtomicU32,
+    words: SharedArray<AtomicU32, WORDS>,
+}
+
+impl<const WORDS: usize> EmptySlots<WORDS> {
+    /// No slot marked.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        EmptySlots {
+            count: AtomicU32::new(0),
+            hint: AtomicU32::new(0),
+            words: SharedArray::new([const { AtomicU32::new(0) }; WORDS]),
+        }
+    }
+
+    /// No slot marked.
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        EmptySlots {
+            count: AtomicU32::new(0),
+            hint: AtomicU32::new(0),
+            words: SharedArray::new(core::array::from_fn(|_| AtomicU32::new(0))),
+        }
+    }
+
+    /// Records that slot `slot`'s slab went empty (its releaser calls this).
+    /// Relaxed: the guard's count, not this bit, decides who owns the slab.
+    #[inline(always)]
+    pub fn mark(&self, slot: u32) {
+        let bit = 1u32 << (slot % 32);
+        let word = slot / 32;
+        if self.words.get(word as usize).fetch_or(bit) & bit == 0 {
+            self.count.fetch_add(1);
+        }
+        self.hint.store(word, Ordering::Relaxed);
+    }
+
+    /// Takes a marked slot among the first `slots`, clearing its bit: the
+    /// caller then tries to reclaim its slab. `None` when none is marked.
+    /// Looks at the hint's word first, then at most every word once.
+    pub fn take(&self, slots: u32) -> Option<u32> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let words = slots.div_ceil(32).min(WORDS as u32);
+        let hint = self.hint.load(Ordering::Relaxed);
+        let start = if hint < words { hint } else { 0 };
+        for i in 0..words {
+            let at = wrap(start, i, words);
+            let word = self.words.get(at as usize);
+            let mut seen = word.load(Ordering::Relaxed);
+            while seen != 0 {
+                let bit = 1u32 << seen.trailing_zeros();
+                let before = word.fetch_and(!bit);
+                if before & bit != 0 {
+                    self.count.fetch_sub(1);
+                    return Some(at * 32 + bit.trailing_zeros());
+                }
+                seen = before & !bit;
+            }
+        }
+        None
+    }
+
+    /// Clears slot `slot`'s mark, if set (host side: a trim gave its slab
+    /// back).
+    pub fn clear(&self, slot: u32) {
+        let bit = 1u32 << (slot % 32);
+        if self.words.get((slot / 32) as usize).fetch_and(!bit) & bit != 0 {
+            self.count.fetch_sub(1);
+        }
+    }
+
+    /// Whether slot `slot` is marked.
+    pub fn is_marked(&self, slot: u32) -> bool {
+        let bit = 1u32 << (slot % 32);
+        self.words.get((slot / 32) as usize).load(Ordering::Relaxed) & bit != 0
+    }
+
+    /// The count: about the marked slots (exact when no one is marking or
+    /// taking).
+    pub fn count(&self) -> u32 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Marked slots, by counting the bits (for checks).
+    pub fn marked(&self) -> u32 {
+        self.words
+            .iter(WORDS)
+            .map(|w| w.load(Ordering::Relaxed).count_ones())
+            .sum()
+    }
+}
+
+impl<const WORDS: usize> Default for EmptySlots<WORDS> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_are_taken_once_each_and_counted() {
+        let e = EmptySlots::<4>::new();
+        assert_eq!(e.take(128), None);
+        for s in [5, 77, 77, 127] {
+            e.mark(s);
+        }
+        assert_eq!((e.count(), e.marked()), (3, 3));
+        let mut taken = [e.take(128), e.take(128), e.take(128)];
+        taken.sort();
+        assert_eq!(taken, [Some(5), Some(77), Some(127)]);
+        assert_eq!((e.take(128), e.count(), e.marked()), (None, 0, 0));
+    }
+
+    #[test]
+    fn take_looks_only_at_the_slots_in_use_and_clear_unmarks() {
+        let e = EmptySlots::<4>::new();
+        e.mark(100);
+        assert_eq!(e.take(64), None, "slot 100 is beyond 64 slots");
+        assert!(e.is_marked(100));
+        e.clear(100);
+        e.clear(100);
+        assert_eq!((e.count(), e.marked(), e.is_marked(100)), (0, 0, false));
+    }
+}
