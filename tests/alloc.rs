@@ -656,33 +656,118 @@ fn an_emptied_slab_is_taken_over_by_another_class_without_the_host() {
         heap.stats().expect("stats")
     };
     let first = round(&mut heap, 16 << 10);
-    assert_eq!(
-        (first.live.live_slabs, first.live.empty_slabs),
-        (0, 3),
+    // (Three slabs, or four when warps racing for room create one more: the
+    // server thread's timing is not the simulator's to replay.)
+    assert!(
+        first.live.live_slabs == 0 && first.live.empty_slabs >= 3,
         "the frees left the slabs published and empty: {:?}",
         first.live
     );
     assert_eq!(first.traffic.slabs_reclaimed, 0);
-    // 256 blocks of 8 KiB need 2 slabs: both are taken over, the host is
+    // 256 blocks of 8 KiB need 2 slabs: they are taken over, the host is
     // not asked.
     let second = round(&mut heap, 8 << 10);
     let traffic = second.traffic.since(&first.traffic);
-    assert_eq!(traffic.slabs_reclaimed, 2, "{traffic:?}");
+    assert!(traffic.slabs_reclaimed >= 2, "{traffic:?}");
     assert_eq!(traffic.slabs_from_provider, 0, "{traffic:?}");
     assert_eq!(second.rpc.allocs, first.rpc.allocs, "the host was asked");
-    // The 8 KiB class's next round finds its own slabs, empty, where its
-    // search starts: put back to use as they are.
+    // The 8 KiB class's next round finds its slab at its hint, empty, and
+    // puts it back to use as it is; the next slab comes from the empty
+    // ones too (the search goes on from the hint, so a slab of the class
+    // behind it is taken over like any other). The host is not asked.
     let third = round(&mut heap, 8 << 10);
     let traffic = third.traffic.since(&second.traffic);
-    assert_eq!(
-        (
-            traffic.slabs_revived,
-            traffic.slabs_reclaimed,
-            traffic.slabs_from_provider
-        ),
-        (2, 0, 0),
+    assert!(traffic.slabs_revived >= 1, "{traffic:?}");
+    assert!(
+        traffic.slabs_revived + traffic.slabs_reclaimed >= 2,
         "{traffic:?}"
     );
+    assert_eq!(traffic.slabs_from_provider, 0, "{traffic:?}");
     assert_clean(&Stats::default(), errors(&heap), "takeover");
     assert_empty(&mut heap, "takeover");
+}
+
+/// The cost of a malloc does not grow with the slabs of its class: the scan
+/// starts at the class's hint and goes on from it, so the class's full
+/// slabs behind the hint are not walked again (simulator steps of one
+/// warp's malloc of 8 KiB after the class filled `n` slabs, all full: the
+/// malloc creates the next; pool mode, so that no server thread's timing
+/// enters the count).
+#[test]
+fn malloc_cost_stays_flat_as_one_class_grows() {
+    use warpalloc::{HeapConfig, Mode};
+    use warpalloc_device::size_class::{block_size, class_index, geometry};
+    let usable = geometry(class_index(block_size(8192))).usable;
+    let steps_after = |slabs: u32| {
+        let mut heap = support::heap_with(HeapConfig {
+            mode: Mode::Pool { slabs: slabs + 8 },
+            reserve: Some((u64::from(slabs) + 8) * SLAB_SIZE),
+            ..HeapConfig::default()
+        });
+        // Fill `slabs` slabs of the class (a multiple of 32 slabs: whole
+        // warps): the next malloc needs a new slab.
+        let threads = slabs * usable;
+        let ptrs = buffer::<u64>(&heap, threads as usize);
+        run(
+            &mut heap,
+            &LaunchConfig::linear(threads / 32, 32).seed(9),
+            malloc_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+                size: 8192,
+            },
+        );
+        let filled = heap.stats().expect("stats");
+        let (steps, got) = malloc_warp(&mut heap, 8192);
+        assert_eq!(nulls(&got), 0);
+        eprintln!(
+            "{slabs} slabs of 8 KiB ({} blocks): one warp's malloc {steps} steps ({} slabs live)",
+            threads, filled.live.live_slabs
+        );
+        steps
+    };
+    let small = steps_after(32);
+    let big = steps_after(512);
+    assert!(
+        big * 10 <= small * 12,
+        "a malloc after 512 slabs of its class costs {big} steps, after 32 {small}"
+    );
+}
+
+/// With every slot holding an empty slab of other classes (a full slot
+/// table, freed), a malloc takes one over in its own slot: no memory is
+/// stranded by slabs that stay published when they empty.
+#[test]
+fn a_full_table_of_empty_slabs_serves_a_new_class() {
+    let mut heap = heap(64 * SLAB_SIZE, 4);
+    // Four classes, a slab each, fill the four slots; then all is freed.
+    let kept: Vec<Vec<u64>> = [1024, 2048, 4096, 8192]
+        .into_iter()
+        .map(|size| {
+            let (_, got) = malloc_warp(&mut heap, size);
+            assert_eq!(nulls(&got), 0, "{size} B");
+            got
+        })
+        .collect();
+    for got in &kept {
+        free_warp(&mut heap, got);
+    }
+    let before = heap.stats().expect("stats");
+    assert_eq!(
+        (before.live.live_slabs, before.live.empty_slabs),
+        (0, 4),
+        "{:?}",
+        before.live
+    );
+    let (_, got) = malloc_warp(&mut heap, 16);
+    assert_eq!(
+        nulls(&got),
+        0,
+        "a slot table of empty slabs refused a malloc"
+    );
+    let after = heap.stats().expect("stats");
+    let traffic = after.traffic.since(&before.traffic);
+    assert_eq!(traffic.slabs_reclaimed, 1, "{traffic:?}");
+    assert_eq!(after.rpc.allocs, before.rpc.allocs, "the host was asked");
+    free_warp(&mut heap, &got);
+    assert_empty(&mut heap, "full table of empty slabs");
 }

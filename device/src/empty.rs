@@ -26,7 +26,8 @@
 //! the set bits (checked by `DeviceHeap::check`).
 
 use crate::index::wrap;
-use crate::sync::{AtomicU32, Ordering, SharedArray};
+use crate::simt::Scope;
+use crate::sync::{AtomicU32, Ordering, SharedArray, fence};
 
 /// Slots whose slab went empty, as a bitmap over `WORDS · 32` slots
 /// (`repr(C)`: the count, the hint, then the words).
@@ -59,12 +60,18 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         }
     }
 
-    /// Records that slot `slot`'s slab went empty (its releaser calls this).
-    /// Relaxed: the guard's count, not this bit, decides who owns the slab.
+    /// Records that slot `slot`'s slab went empty (its releaser calls this,
+    /// after the release that took the count to zero). The guard's count,
+    /// not this bit, decides who owns the slab.
     #[inline(always)]
     pub fn mark(&self, slot: u32) {
         let bit = 1u32 << (slot % 32);
         let word = slot / 32;
+        // ORDERING: release (gpu): the release that took the slab's count
+        // to zero happens-before a taker's reclaim of it (pairs with the
+        // acquire fence in `take`): a taker that sees this bit must not find
+        // an older, non-zero count, fail, and consume the mark.
+        fence(Ordering::Release, Scope::Gpu);
         if self.words.get(word as usize).fetch_or(bit) & bit == 0 {
             self.count.fetch_add(1);
         }
@@ -89,6 +96,10 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
                 let bit = 1u32 << seen.trailing_zeros();
                 let before = word.fetch_and(!bit);
                 if before & bit != 0 {
+                    // ORDERING: acquire (gpu): pairs with the release fence
+                    // in `mark`: the marker's zero count is visible to our
+                    // reclaim.
+                    fence(Ordering::Acquire, Scope::Gpu);
                     self.count.fetch_sub(1);
                     return Some(at * 32 + bit.trailing_zeros());
                 }

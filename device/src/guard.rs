@@ -4,10 +4,12 @@
 //! being created (`ptr == SENTINEL`, owned by the lane that claimed it), or
 //! published (`ptr` = a slab's address). The reference count says how many
 //! reservations (allocations in flight or live, plus transient locks) the slab
-//! has; a flag bit says that the count is live (a published slab's). Every
-//! other counter is dead — a slot never used (all zero, as device memory
-//! starts), empty, being created, or its slab being taken over — so that the
-//! only zero *live* count is a published slab's that its holders released:
+//! has; a flag bit says that the count is live (a published slab's, or one
+//! being published: `publish` makes it live just before the pointer shows).
+//! Every other counter is dead — a slot never used (all zero, as device
+//! memory starts), empty, claimed, or its slab being taken over — so that
+//! the only zero *live* count is a published slab's that its holders
+//! released:
 //!
 //! ```text
 //!   refs:  63      62 .................................................. 0
@@ -52,8 +54,8 @@ use crate::sync::{AtomicU64, Ordering, fence};
 pub const LIVE: u64 = 1 << 63;
 /// `ptr` of a slot being created.
 pub const SENTINEL: u64 = u64::MAX;
-/// How many times `find_slab` retries a busy slot (being created or
-/// taken over) before moving on.
+/// How many times `find_slab` retries a busy slot (its slab being taken
+/// over) before moving on.
 pub const MAX_TRIES: u32 = 16;
 
 const _: () = assert!(LIVE.count_ones() == 1 && LIVE >> 63 == 1);
@@ -69,9 +71,9 @@ pub mod plant {
     /// No bug.
     pub const NONE: u32 = 0;
     pub use super::{
-        POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_BEFORE_COUNT, PUBLISH_WITHOUT_RELEASE,
-        RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT, RPC_FLIP_BEFORE_RELEASE,
-        RPC_REPLY_WITHOUT_RELEASE,
+        POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_COUNT_BEFORE_RELEASE,
+        PUBLISH_WITHOUT_RELEASE, RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT,
+        RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE,
     };
 
     /// Plants `bug` (or `NONE`) for the models that run next.
@@ -93,11 +95,12 @@ pub const RECLAIM_WITHOUT_ACQUIRE: u32 = 2;
 /// Planted bug: `publish` stores the pointer without the release fence, so
 /// lockers can read the slab before it is initialised.
 pub const PUBLISH_WITHOUT_RELEASE: u32 = 3;
-/// Planted bug: `publish` shows the pointer before the publishers' count is
-/// in (the order LLVM libc's `finalize` uses), so a locker can take the slab
-/// and release it to zero, and a reclaimer take it over under the
-/// publishers.
-pub const PUBLISH_BEFORE_COUNT: u32 = 4;
+/// Planted bug: `publish` makes the count live before its release fence (the
+/// order it had first; found in review), so a stale locker — one that read
+/// the slot's previous slab, the same address when a slab is taken over and
+/// rebuilt in its slot — acquires the new count and uses the slab before
+/// its initialisation is visible.
+pub const PUBLISH_COUNT_BEFORE_RELEASE: u32 = 4;
 
 /// Planted bug: the RPC client flips its flag before the release fence, so
 /// the server can read arguments that are not written yet.
@@ -234,6 +237,10 @@ pub enum Lock {
     Claimed,
     /// The slot is being created: retry it soon (the slab may be for us).
     Creating,
+    /// As `Creating`, but the caller's stale reference was the slot's
+    /// last: its new slab is empty now, and the caller must mark it empty
+    /// (`EmptySlots::mark`).
+    Emptied,
     /// The slot's slab is being taken over: retry a few times, then another.
     Busy,
     /// The slot is empty and the caller may not claim it.
@@ -280,7 +287,7 @@ impl Guard {
             match self.ptr.compare_exchange(0, SENTINEL) {
                 Ok(_) => {
                     // ORDERING: acquire (gpu): pairs with the release fence in
-                    // `vacate`: the previous occupant's disposal happens-before
+                    // `vacate`: the previous occupant's takeover happens-before
                     // our creation.
                     fence(Ordering::Acquire, Scope::Gpu);
                     return Lock::Claimed;
@@ -294,26 +301,26 @@ impl Guard {
             // next collective.
             return Lock::Creating;
         }
-        if seen == 0 {
-            // Just vacated or abandoned between our two reads.
-            return Lock::Busy;
-        }
         let Some(count) = self.refs.acquire(n) else {
             return Lock::Busy;
         };
-        // ORDERING: pairs with the release fence in `publish` (gpu scope): a
-        // successful acquire means the slab we now read was published, with
-        // its header and bitfield initialised, before our reference counted.
+        // ORDERING: acquire (gpu): pairs with the release fence in `publish`
+        // (before it makes the count live): a successful acquire means the
+        // slab we now read was initialised (header, bitfield, granule entry)
+        // before our reference counted.
         fence(Ordering::Acquire, Scope::Gpu);
         // Re-read: the slab may have been replaced between the first load and
         // the acquire; the reference now protects the current one.
         let slab = self.ptr.load(Ordering::Relaxed);
         if slab == 0 || slab == SENTINEL {
             // We read a dead slab's address, and our acquire landed on the
-            // count a publisher established before storing its new address.
-            // The publisher's references keep the count above zero: give ours
-            // back and retry.
-            self.refs.release(n);
+            // count a publisher made live before storing its new address: give
+            // ours back and retry. If ours was the last reference (the
+            // publishers stored the address, allocated and freed meanwhile),
+            // the new slab is empty now, and the caller must mark it.
+            if narrow(self.refs.release(n)) == 0 {
+                return Lock::Emptied;
+            }
             return Lock::Creating;
         }
         Lock::Acquired {
@@ -325,19 +332,25 @@ impl Guard {
     /// Publishes a slab created after [`Lock::Claimed`], with `n`
     /// references held by the publishing group; returns the count, `n`.
     ///
-    /// The count is set *before* the pointer appears, so that no locker can
-    /// take the slab and release it to zero — making it reclaimable — before
-    /// the publishers' references count.
+    /// The count is made live *before* the pointer appears: a locker that
+    /// reads the pointer finds the publishers' references counted. (The
+    /// other order would be safe too — a dead count refuses acquires — but
+    /// this one keeps "published ⇒ live" true at every instant.)
     pub fn publish(&self, slab: u64, n: u32) -> u32 {
-        if planted(PUBLISH_BEFORE_COUNT) {
-            self.ptr.store(slab, Ordering::Relaxed);
+        if planted(PUBLISH_COUNT_BEFORE_RELEASE) {
+            self.refs.establish(u64::from(n));
         }
-        self.refs.establish(u64::from(n));
-        // ORDERING: release (gpu): the slab's header and zeroed bitfield,
-        // and the count above, happen-before any lane that acquires the slab
-        // (pairs with the acquire fence in `lock`).
+        // ORDERING: release (gpu), before both writes: the slab's header
+        // and zeroed bitfield (the group's stores, ordered before this by
+        // `init`'s syncwarp) and its granule entry happen-before any lane
+        // that acquires the live count — a stale locker may, before the
+        // pointer shows — or reads the pointer (pairs with the acquire fence
+        // in `lock`).
         if !planted(PUBLISH_WITHOUT_RELEASE) {
             fence(Ordering::Release, Scope::Gpu);
+        }
+        if !planted(PUBLISH_COUNT_BEFORE_RELEASE) {
+            self.refs.establish(u64::from(n));
         }
         self.ptr.store(slab, Ordering::Relaxed);
         n
@@ -384,6 +397,16 @@ impl Guard {
         }
     }
 
+    /// Takes the slot's empty slab over and keeps the slot, as a claim
+    /// would: the slot shows `SENTINEL` (being created) and the caller must
+    /// [`Guard::publish`] a slab in it — the same slab, reinitialised, when
+    /// it likes — or [`Guard::abandon`] it.
+    pub fn take_over(&self) -> Option<u64> {
+        let slab = self.reclaim()?;
+        self.ptr.store(SENTINEL, Ordering::Relaxed);
+        Some(slab)
+    }
+
     /// Empties the slot after its slab was reclaimed.
     pub fn vacate(&self) {
         // ORDERING: release (gpu): the reclaim's writes (granule table)
@@ -406,6 +429,11 @@ impl Guard {
             0 | SENTINEL => None,
             slab => Some(slab),
         }
+    }
+
+    /// The raw pointer word (for checks): 0, `SENTINEL` or a slab.
+    pub fn raw_ptr(&self) -> u64 {
+        self.ptr.load(Ordering::Relaxed)
     }
 
     /// The raw reference counter (for checks).

@@ -173,7 +173,7 @@ fn claim_race() {
                 w.use_slab(slab);
                 w.release(1);
             }
-            Lock::Creating | Lock::Busy | Lock::Empty => {}
+            Lock::Creating | Lock::Emptied | Lock::Busy | Lock::Empty => {}
         }
     };
     let a = thread::spawn(lane(Arc::clone(&world)));
@@ -254,10 +254,67 @@ fn empties_hand_each_mark_to_one_taker() {
     });
 }
 
+/// A stale locker (A) read the slot's slab; meanwhile the slab went empty
+/// and a claimer (B) took it over in its slot (as `adopt` does), rebuilt it
+/// and published it again at the same address. A's acquire may land on the
+/// new count: it must then see the rebuilt slab, not the old one or a torn
+/// one.
+fn stale_locker_and_rebuild() {
+    let world = Arc::new(World {
+        guard: Guard::new(),
+        slab: SlabModel::new(READY),
+        publications: AtomicU32::new(0),
+    });
+    assert_eq!(world.guard.lock(1, true), Lock::Claimed);
+    world.guard.publish(world.addr(), 1);
+    world.release(1);
+    let a = {
+        let w = Arc::clone(&world);
+        thread::spawn(move || {
+            if let Lock::Acquired { slab, .. } = w.guard.lock(1, false) {
+                w.use_slab(slab);
+                w.release(1);
+            }
+        })
+    };
+    let b = {
+        let w = Arc::clone(&world);
+        thread::spawn(move || {
+            let Some(slab) = w.guard.take_over() else {
+                return;
+            };
+            // Rebuild: poison, then initialise again (a new class's header
+            // and bitfield), then publish in the same slot.
+            w.slab.payload.with_mut(|p| {
+                // SAFETY: the takeover gives exclusive access; loom checks it.
+                unsafe { *p = POISON }
+            });
+            w.slab.payload.with_mut(|p| {
+                // SAFETY: as above.
+                unsafe { *p = READY }
+            });
+            w.guard.publish(slab, 1);
+            w.release(1);
+        })
+    };
+    a.join().unwrap();
+    b.join().unwrap();
+    assert_eq!(world.guard.peek(), Some(world.addr()));
+    assert_eq!(world.guard.use_count(), 0, "references left behind");
+}
+
+#[test]
+fn guard_stale_locker_and_rebuild() {
+    model(plant::NONE, stale_locker_and_rebuild);
+}
+
 #[test]
 #[should_panic(expected = "Causality violation")]
-fn planted_publish_before_count_is_caught() {
-    model(plant::PUBLISH_BEFORE_COUNT, claim_race);
+fn planted_publish_count_before_release_is_caught() {
+    model(
+        plant::PUBLISH_COUNT_BEFORE_RELEASE,
+        stale_locker_and_rebuild,
+    );
 }
 
 /// A pooled slab: a payload its owner writes, and an ownership flag that

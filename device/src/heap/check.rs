@@ -138,6 +138,9 @@ impl DeviceHeap {
             if refs & LIVE == 0 || refs & !LIVE < set {
                 return Err("a slab's reference count is below its set bits");
             }
+            if refs & !LIVE == 0 && !self.empties.is_marked(index) {
+                return Err("an empty published slab is not marked empty");
+            }
             if phantom {
                 return Err("a slab has bits set beyond its usable blocks");
             }
@@ -148,6 +151,13 @@ impl DeviceHeap {
             {
                 return Err("a granule entry names a slot that does not publish its slab");
             }
+        }
+        if self
+            .slots
+            .iter(self.slot_count() as usize)
+            .any(|g| g.raw_ptr() == crate::guard::SENTINEL)
+        {
+            return Err("a slot is left being created");
         }
         if self.empties.count() != self.empties.marked() {
             return Err("the empty-slot count is not the number of marked slots");

@@ -42,14 +42,17 @@
 //! class) takes it over before asking the host; `trim` gives it back. The
 //! free path never disposes of a slab, so it never talks to the host.
 //!
-//! Invariants (`check` verifies them when the heap is quiescent):
+//! Invariants (`check` verifies the first four when the heap is quiescent):
 //! * a published slot's slab has `header.slot == index`, its granule entry is
 //!   `Slab(index)`, and `refs ≥ set bits`; no bit at or above `usable` is set;
-//! * a published slab with a zero count has every bit clear (it is empty);
-//! * `empties.count` = the marked slots (when quiescent);
+//! * a published slab with a zero count has every bit clear (it is empty)
+//!   and its slot is marked in `empties` (else no other class could take it
+//!   over);
+//! * `empties.count` = the marked slots;
+//! * no slot is left being created;
 //! * every granule the provider handed out is exactly one of: a published
 //!   slab, a pooled slab, a slab being created or taken over, a live large
-//!   block.
+//!   block (the host's region accounting, not `check`, watches this one).
 
 mod check;
 mod search;
@@ -447,6 +450,8 @@ impl DeviceHeap {
             .record(&self.errors.invalid_frees, ptr.expose_provenance() as u64);
     }
 
+    #[cold]
+    #[inline(never)]
     fn free_large(&self, granule: u32, granules: u32, addr: u64) {
         // Exactly one free of a block wins the entry; a racing or later one
         // sees Freed.
@@ -475,6 +480,8 @@ impl DeviceHeap {
                     // gone. Give the references back.
                     self.release_slot(slot, 1 << leader, n);
                 }
+                // Our stale reference was the slot's new slab's last.
+                Lock::Emptied => self.empties.mark(slot),
                 _ => {}
             }
         }

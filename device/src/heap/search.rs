@@ -1,22 +1,25 @@
 //! Slot search: finding a slab of a class with room, and the slab's life in
-//! a slot — created by the group that claimed an empty slot, disposed of by
-//! the release that takes its count to zero.
+//! a slot — created by the group that claimed an empty slot, taken back by
+//! its class or taken over by a claim elsewhere once it is empty.
 //!
 //! ```text
 //!   lanes of one class ─► hint[class] ─► its slot: room? ── yes ─► lock
 //!                              │ no                                  │
 //!                              ▼                                     ▼
-//!            scan from hash(class): slot i, i+1, ... ─► empty: claim, create
+//!          scan on from the hint: slot h+1, h+2, ... ─► empty: claim
 //!                                                       full / other class: next
+//!   after the scan: each claiming group creates its slab (an empty slab
+//!   taken over, else the pool's or the host's), then lanes that met a slot
+//!   being created, or found no memory, scan again
 //! ```
 //!
 //! Lanes aiming at the same slot form a `uniform` group whose leader locks
 //! the slot for all of them with one atomic (the guard's count grows by the
 //! group's size); each lane's position among the reservations tells whether
-//! it got room. A group that claimed an empty slot gets a slab (an empty
-//! slab of another slot taken over, else the pool or the host), zeroes its
-//! bitfield together and publishes it. The scan ends at the table's end:
-//! out of memory.
+//! it got room. A group that claimed an empty slot gets a slab, zeroes its
+//! bitfield together and publishes it — outside the scan's loop, so that
+//! the registers of that slow part do not add to the scan's. The scan ends
+//! after every slot once: out of memory.
 //!
 //! # A slab's life in a slot
 //! Claimed (the slot was empty) → created and published by the claiming
@@ -28,25 +31,31 @@
 //! the work (and the registers) of taking one over is on the claim's path,
 //! which allocates anyway.
 //!
-//! # Hints and out of memory (the policy)
+//! # Hints, search cost and out of memory (the policy)
 //! `hint[class]` names the slot where the class last found room: a malloc
 //! that succeeds elsewhere moves it there, and a free into a full slab moves
-//! it to that slab. When the provider refuses a slab, the heap is marked
-//! exhausted until memory comes back (a slab disposed of, a large block
-//! freed, the host's `trim`; a generation count makes a refusal that raced
-//! with such a return stale at once). A refusal that was only temporary on
-//! the host's side (its headroom check, fault injection, another process
-//! freeing device memory) stays in force until one of those happens. While
-//! it is, a search asks the host nothing, claims no empty slot (unless a
-//! slab went empty or the pool holds one) and looks at
-//! the hint and the `EXHAUSTED_WINDOW` slots from the class's start only; so
-//! an out-of-memory malloc costs about what a successful one does. Worst
-//! case: room in a slab of the class that is neither the hint nor in that
-//! window is not found until memory comes back (a class's slabs sit from its
-//! start slot on, so the window covers its first 32).
+//! it to that slab. The scan starts at the hint and goes on from it, so the
+//! class's full slabs behind the hint are not walked again: as a class
+//! grows, a malloc looks at its hint (full, once it fills) and the next
+//! slot, where the class's next slab is claimed — a cost that does not grow
+//! with the class's slabs. Worst case: a full hint with every slot after it
+//! full or of other classes: the scan walks the table once.
+//!
+//! When the provider refuses a slab, the heap is marked exhausted until
+//! memory comes back (a large block freed, the host's `trim`; a generation
+//! count makes a refusal that raced with such a return stale at once; a
+//! slab that goes empty is seen through `empties`). A refusal that was only
+//! temporary on the host's side (its headroom check, fault injection,
+//! another process freeing device memory) stays in force until one of those
+//! happens. While it is, a search asks the host nothing, claims no empty
+//! slot (unless a slab went empty or the pool holds one) and looks at the
+//! hint and the `EXHAUSTED_WINDOW` slots after it only; so an out-of-memory
+//! malloc costs about what a successful one does. Worst case: room in a
+//! slab of the class that is neither the hint nor in that window is not
+//! found until memory comes back (a free into a full slab points the hint
+//! at it).
 
 use super::DeviceHeap;
-use super::MAX_SLOTS;
 use crate::abi::ProviderKind;
 use crate::granule::Granule;
 use crate::guard::{Lock, MAX_TRIES};
@@ -61,7 +70,8 @@ use crate::sync::Ordering;
 const CLAIM: u32 = u32::MAX;
 /// `count` from a lock of an empty slot the lane may not claim: move on.
 const SKIP: u32 = u32::MAX - 2;
-/// `count` from a lock of a slot being created: wait for it.
+/// `count` from a lock of a slot being created: scan again after the
+/// round's creations.
 const CREATING: u32 = u32::MAX - 3;
 
 /// Outcome of a scan or a creation: nothing found (null).
@@ -74,11 +84,9 @@ const CLAIMED: u32 = 2;
 /// Outcome of a creation that found no memory: search again, existing slabs
 /// only.
 const NO_MEMORY: u32 = 3;
-/// Outcome `RETRY | offset`: scan again from `offset` (a slot being created
-/// there, or a new slab too small for the whole group).
-const RETRY: u32 = 1 << 31;
-
-const _: () = assert!(MAX_SLOTS < RETRY as usize);
+/// Outcome: scan again (a slot being created was met, or a new slab was too
+/// small for the whole group).
+const RETRY: u32 = 4;
 
 /// Marks of `empties` a claim tries before asking the host (a mark is
 /// stale when its slab's class took the slab again).
@@ -99,8 +107,17 @@ pub(super) struct Found {
     pub(super) uniform: u32,
 }
 
-/// The slot a class's scan starts from: a hash of the class, spread over the
-/// table (murmur3's finaliser).
+impl Found {
+    /// Nothing found.
+    const NONE: Found = Found {
+        slab: 0,
+        reserved: 0,
+        uniform: 0,
+    };
+}
+
+/// The slot a class's first scan starts from (its hint until it has one): a
+/// hash of the class, spread over the table (murmur3's finaliser).
 #[inline(always)]
 fn start_slot(class: usize, slot_count: u32) -> u32 {
     let mut x = class as u32 + 1;
@@ -129,50 +146,54 @@ impl DeviceHeap {
     /// Rounds of a scan and the creations it asked for: the scan locks a
     /// slab with room or claims an empty slot; after it, outside its loop
     /// (so that its state is dead and the registers of the slow part do not
-    /// add to it), each claiming group creates its slab. A lane whose claim
-    /// found no memory (the heap is now marked exhausted), or that met a
-    /// slot being created (by its own warp, perhaps: waiting inside the
-    /// scan could deadlock), scans again from where it stopped.
+    /// add to it), each claiming group creates its slab. Lanes whose scan
+    /// found nothing while a slab sits empty somewhere (a full slot table,
+    /// or an exhausted heap's window) take that slab over in its own slot
+    /// and create theirs there. A lane whose claim found no memory (the heap
+    /// is now marked exhausted), or that met a slot being created (by its
+    /// own warp, perhaps: waiting inside the scan could deadlock), scans
+    /// again from the class's hint — which creators move to their new slab.
     pub(super) fn find_slab(&self, lane_mask: u32, class: usize) -> Found {
         let mut pending = lane_mask;
-        let mut resume = 0u32;
         let mut backoff = simt::Backoff::new();
         loop {
-            let (mut found, mut outcome) = self.scan(pending, class, resume);
-            if outcome == CLAIMED {
-                // `found.reserved` is the claimed slot, `found.uniform` the
-                // group that claimed it.
-                (found, outcome) = self.create(found.uniform, found.reserved, class);
+            let (mut found, mut outcome) = self.scan(pending, class);
+            let nothing = simt::ballot(pending, outcome == NOTHING);
+            if outcome == CLAIMED || outcome == NOTHING {
+                // Claimed: `found.reserved` is the claimed slot,
+                // `found.uniform` the group that claimed it. Nothing: the
+                // lanes of one class take an empty slab over in its slot.
+                let adopt = outcome == NOTHING;
+                let group = if adopt {
+                    simt::match_any_u32(nothing, class as u32)
+                } else {
+                    found.uniform
+                };
+                (found, outcome) = self.create(group, found.reserved, class, adopt);
             }
-            let again = outcome == NO_MEMORY || outcome & RETRY != 0;
+            let again = outcome == NO_MEMORY || outcome == RETRY;
             pending = simt::ballot(pending, again);
             if !again {
                 return found;
             }
-            // The lanes of `pending`, all of them here. Being created:
-            // resume at that offset; no memory: search existing slabs only
-            // (the exhausted mark says so), from the hint.
-            resume = if outcome == NO_MEMORY {
-                0
-            } else {
-                outcome & !RETRY
-            };
+            // The lanes of `pending`, all of them here. No memory: the next
+            // scan looks at existing slabs only (the exhausted mark says
+            // so).
             backoff.snooze();
         }
     }
 
-    /// One scan for the lanes of `lane_mask` from offset `resume` (0: the
-    /// class's hint; `o > 0`: slot `start + o - 1`). Returns the lane's
+    /// One scan for the lanes of `lane_mask`, from the class's hint (offset
+    /// 0) on (offset `o`: the `o`-th slot after it). Returns the lane's
     /// result and outcome: FOUND (a slab with room, and a reservation),
     /// CLAIMED (`reserved` is a slot the lane's group, `uniform`, claimed:
-    /// it must create the slab), `RETRY | offset` (a slot being created:
-    /// scan again from there), or NOTHING.
-    fn scan(&self, lane_mask: u32, class: usize, resume: u32) -> (Found, u32) {
+    /// it must create the slab), RETRY (a slot being created: scan again),
+    /// or NOTHING.
+    fn scan(&self, lane_mask: u32, class: usize) -> (Found, u32) {
         let geo = geometry(class);
         let usable = geo.usable;
         let slot_count = self.slot_count();
         let hint = self.hint(class, slot_count);
-        let base = start_slot(class, slot_count);
         let mut found = Found {
             slab: 0,
             reserved: 0,
@@ -188,15 +209,15 @@ impl DeviceHeap {
         let at_hand = exhausted && simt::ballot(lane_mask, self.slab_at_hand()) != 0;
         let probe = exhausted && !at_hand;
         let may_claim = !probe;
-        let limit = if exhausted {
+        let limit = if probe {
             EXHAUSTED_WINDOW.min(slot_count)
         } else {
             slot_count
         };
-        let mut offset = resume;
+        let mut offset = 0u32;
         let mut retries = 0u32;
         let mut backoff = simt::Backoff::new();
-        let mut done = offset > limit;
+        let mut done = false;
         loop {
             let active = simt::ballot(lane_mask, !done);
             if active == 0 {
@@ -211,7 +232,7 @@ impl DeviceHeap {
                 // match, each group in its probe) probe a slot each.
                 let same = simt::match_any_u32(active, offset);
                 if offset > 0 {
-                    offset = self.next_with_room(same, base, offset, limit, usable, slot_count);
+                    offset = self.next_with_room(same, hint, offset, limit, usable, slot_count);
                     done = offset > limit;
                 }
                 simt::ballot(active, !done)
@@ -222,11 +243,10 @@ impl DeviceHeap {
                 continue;
             }
             // Lanes still looking: `searching`, all of them here.
-            let index = if offset == 0 {
-                hint
-            } else {
-                wrap(base, offset - 1, slot_count)
-            };
+            // The hint, then the slots after it: a class's full slabs
+            // before its hint are not walked again, so the cost of finding
+            // room does not grow with the class's slabs.
+            let index = wrap(hint, offset, slot_count);
             // A slot whose count is 0 is empty, being created or taken
             // over, or an empty slab: worth a lock only to claim it (or to
             // find the empty slab ours).
@@ -273,7 +293,7 @@ impl DeviceHeap {
                     // Being created, most likely for our class: come back
                     // after this round's creations (its creators may be in
                     // this warp, waiting for us at our next collective).
-                    outcome = RETRY | offset;
+                    outcome = RETRY;
                     done = true;
                 } else if count != SKIP && retries < MAX_TRIES {
                     // Being taken over (by another warp): it will be empty
@@ -295,7 +315,7 @@ impl DeviceHeap {
     }
 
     /// The first offset in `from..=limit` (offsets count from the class's
-    /// start slot `base`, as in `find_slab`) whose slot publishes a slab
+    /// hint `base`, as in `scan`) whose slot publishes a slab
     /// with room, or `limit + 1`. The lanes of `lane_mask` (all calling)
     /// probe a slot each per round: one load and one ballot for up to 32
     /// slots.
@@ -314,7 +334,7 @@ impl DeviceHeap {
         while at <= limit {
             let mine = at + rank;
             let room = mine <= limit && {
-                let count = self.slot(wrap(base, mine - 1, slot_count)).use_count();
+                let count = self.slot(wrap(base, mine, slot_count)).use_count();
                 count > 0 && count < usable
             };
             let hits = simt::ballot(lane_mask, room);
@@ -341,6 +361,11 @@ impl DeviceHeap {
                 Lock::Claimed => count = CLAIM,
                 Lock::Empty => count = SKIP,
                 Lock::Creating => count = CREATING,
+                Lock::Emptied => {
+                    // Our stale reference was the new slab's last.
+                    self.empties.mark(index);
+                    count = CREATING;
+                }
                 Lock::Busy => {}
             }
         }
@@ -355,34 +380,60 @@ impl DeviceHeap {
 
     /// The lanes of `group` (all calling) claimed slot `index`: they get a
     /// slab (an empty one taken over, the pool's, or the host's), zero its
-    /// bitfield together and publish it with a reservation each. Returns
-    /// FOUND, or NO_MEMORY (the claim given up, the heap marked exhausted).
-    fn create(&self, group: u32, index: u32, class: usize) -> (Found, u32) {
+    /// bitfield together and publish it with a reservation each. FOUND, or
+    /// NO_MEMORY (the claim given up, the heap marked exhausted).
+    ///
+    /// With `adopt`, the group found nothing and claimed no slot (a full
+    /// slot table, or an exhausted heap's window): it takes over an empty
+    /// slab that `empties` names, keeping it in its slot (which then shows
+    /// "being created"), and builds its own slab there from it. FOUND, or
+    /// NOTHING when no empty slab could be had.
+    fn create(&self, group: u32, index: u32, class: usize, adopt: bool) -> (Found, u32) {
         let leader = simt::leader(group);
-        let (mut slab, mut clean_words) = (0u64, 0u32);
+        let (mut index, mut slab, mut clean_words) = (index, 0u64, 0u32);
         if simt::lane_id() == leader {
-            let generation = self.memory_generation();
-            match self.obtain_slab() {
-                Some((s, clean)) => (slab, clean_words) = (s, clean),
-                None => {
-                    self.slot(index).abandon();
-                    // The provider refused: remember it until memory comes
-                    // back (stale at once if it came back while we asked).
-                    self.refused(generation);
+            if adopt {
+                if let Some((from, s, clean)) = self.take_over_empty(false) {
+                    (index, slab, clean_words) = (from, s, clean);
+                }
+            } else {
+                let generation = self.memory_generation();
+                match self.obtain_slab() {
+                    Some((s, clean)) => (slab, clean_words) = (s, clean),
+                    None => {
+                        self.slot(index).abandon();
+                        // The provider refused: remember it until memory
+                        // comes back (stale at once if it came back while we
+                        // asked).
+                        self.refused(generation);
+                    }
                 }
             }
         }
         let slab = simt::shfl_u64(group, slab, leader);
-        let none = Found {
-            slab: 0,
-            reserved: 0,
-            uniform: 0,
-        };
         if slab == 0 {
-            return (none, NO_MEMORY);
+            return (Found::NONE, if adopt { NOTHING } else { NO_MEMORY });
         }
+        let index = simt::shfl_u32(group, index, leader);
         let clean_words = simt::shfl_u32(group, clean_words, leader);
-        // SAFETY: the group owns the claimed slot's new slab exclusively.
+        self.build(group, index, class, slab, clean_words)
+    }
+
+    /// The lanes of `group` (all calling) own slot `index` (claimed, or
+    /// kept by a takeover) and `slab`: they zero its bitfield from
+    /// `clean_words` on, the leader names the slot in the granule table,
+    /// points the class's hint at it and publishes it with a reservation
+    /// per lane. FOUND, or RETRY for the lanes beyond the class's blocks.
+    fn build(
+        &self,
+        group: u32,
+        index: u32,
+        class: usize,
+        slab: u64,
+        clean_words: u32,
+    ) -> (Found, u32) {
+        let leader = simt::leader(group);
+        // SAFETY: the group owns the slot's new slab exclusively.
         unsafe { Slab(slab).init(group, geometry(class), index, clean_words) };
         let n = group.count_ones();
         if simt::lane_id() == leader {
@@ -390,6 +441,7 @@ impl DeviceHeap {
                 self.granules.set(granule, Granule::Slab { slot: index });
             }
             self.slot(index).publish(slab, n);
+            self.class_hint(class).store(index + 1, Ordering::Relaxed);
         }
         // The count is `n` after the publication: the lanes' positions are
         // 1..=n. A group larger than the class's blocks (the largest
@@ -402,7 +454,7 @@ impl DeviceHeap {
             self.unlock_slot(index, spare);
         }
         if !fits {
-            return (none, RETRY);
+            return (Found::NONE, RETRY);
         }
         (
             Found {
@@ -423,14 +475,17 @@ impl DeviceHeap {
     }
 
     /// A slab for a claimed slot: an empty slab taken over, else one from
-    /// the pool or the host. Returns it with the number of bitfield words
-    /// known to be zero.
+    /// the pool or the host — not the host while the heap is exhausted (its
+    /// marks were stale: the host refused already). Returns it with the
+    /// number of bitfield words known to be zero.
     fn obtain_slab(&self) -> Option<(u64, u32)> {
-        if let Some(taken) = self.take_over_empty() {
-            return Some(taken);
+        if let Some((_, slab, clean)) = self.take_over_empty(true) {
+            return Some((slab, clean));
         }
         let slab = if self.provider() == ProviderKind::Pool {
             self.pool_pop().unwrap_or(0)
+        } else if self.is_exhausted() {
+            0
         } else {
             self.system_allocate(SLAB_SIZE, SLAB_SIZE)
         };
@@ -447,25 +502,36 @@ impl DeviceHeap {
 
     /// Takes over an empty slab that `empties` names: a few marks are tried
     /// (a mark is stale when the slab's class took it again), each costing
-    /// a load and two atomics. The slot it came from is emptied.
-    fn take_over_empty(&self) -> Option<(u64, u32)> {
+    /// a load and two atomics. Returns the slot it was in, the slab, and the
+    /// bitfield words known to be zero. With `vacate`, the slot is emptied
+    /// (the slab goes to a slot the caller claimed); without, the caller
+    /// keeps the slot, "being created", and must publish in it.
+    fn take_over_empty(&self, vacate: bool) -> Option<(u32, u64, u32)> {
         let slots = self.slot_count();
         for _ in 0..TAKE_OVER_TRIES {
             let from = self.empties.take(slots)?;
             let guard = self.slot(from);
-            let Some(slab) = guard.reclaim() else {
+            let taken = if vacate {
+                guard.reclaim()
+            } else {
+                guard.take_over()
+            };
+            let Some(slab) = taken else {
                 continue;
             };
             // The slab is ours: no reference to it exists, and the slot's
             // count is dead. The granule table still names its old slot (a
-            // stale free finds that slot empty, or holding another slab,
-            // and counts a double free) until our publication renames it.
-            guard.vacate();
+            // stale free finds that slot empty, being created or holding
+            // another slab, and counts a double free) until our publication
+            // names the new one.
+            if vacate {
+                guard.vacate();
+            }
             self.counters.slabs_reclaimed.fetch_add(1);
             // SAFETY: a published slab is mapped, with its header; a zero
             // count means every bit is clear (`count ≥ set bits`).
             let words = unsafe { Slab(slab).header() }.words;
-            return Some((slab, words));
+            return Some((from, slab, words));
         }
         None
     }
