@@ -131,6 +131,9 @@ enum Command {
         /// Threads per block.
         #[arg(long, default_value_t = 256)]
         block: u32,
+        /// The cases to run (default: all).
+        #[arg(long, value_delimiter = ',', value_enum)]
+        cases: Vec<bench::Case>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -211,6 +214,7 @@ fn main() -> ExitCode {
             threads,
             rounds,
             block,
+            cases,
             json,
             schedule,
         } => (|| {
@@ -219,6 +223,7 @@ fn main() -> ExitCode {
                 threads,
                 rounds,
                 block,
+                cases,
             };
             let mut started = false;
             let report = bench::bench(prefer, schedule.schedule(), &args, |target, row| {

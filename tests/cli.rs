@@ -213,7 +213,12 @@ fn bench_prints_every_case_and_keeps_going_past_a_failed_one() {
         .unwrap_or_else(|| panic!("no alloc_free row for 64 threads:\n{text}"));
     // The simulator's deterministic cost per pair: steps/RMWs.
     assert!(good.contains('/'), "no simulator counts in {good:?}");
-    for case in ["mixed 16 B-8 KiB", "fragmentation", "out of memory"] {
+    for case in [
+        "mixed 16 B-8 KiB",
+        "fragmentation",
+        "footprint",
+        "out of memory",
+    ] {
         assert!(
             rows.iter()
                 .any(|l| l.starts_with(case) && !l.contains("FAILED")),
@@ -221,4 +226,32 @@ fn bench_prints_every_case_and_keeps_going_past_a_failed_one() {
         );
     }
     assert!(text.contains("1 case(s) failed"), "{text}");
+}
+
+#[test]
+fn bench_runs_the_cases_asked_for() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "bench",
+        "--cases",
+        "footprint",
+        "--threads",
+        "256",
+        "--block",
+        "64",
+    ]);
+    assert!(ok, "{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("warpalloc") && !l.starts_with("case"))
+        .collect();
+    assert_eq!(rows.len(), 3, "one footprint row per size:\n{text}");
+    for (row, size) in rows.iter().zip(["16 B", "64 B", "256 B"]) {
+        assert!(
+            row.starts_with("footprint") && row.contains(size),
+            "{row:?}\n{text}"
+        );
+        // 256 threads × 16 B in a 2 MiB slab: the ratio is printed.
+        assert!(row.contains("requested: one block per thread"), "{row:?}");
+    }
 }

@@ -242,9 +242,10 @@ impl Slab {
     /// block, `None` for a pointer that is no block of the slab. Lanes whose
     /// blocks lie in one bitfield word combine their bits at the word's
     /// lowest lane, which clears them with one `fetch_and`: one atomic per
-    /// word touched, as `allocate`'s `fetch_or`. The combining is one
-    /// shuffle per lane that shares its word (lanes alone on theirs skip
-    /// it), so that it needs few registers. Returns whether this lane's free
+    /// word touched, as `allocate`'s `fetch_or`. The combining is a
+    /// five-shuffle butterfly when the whole warp frees into one word (a
+    /// coalesced free), else one shuffle per lane that shares its word
+    /// (lanes alone on theirs skip it): few registers either way. Returns whether this lane's free
     /// was real: its bit was set, and no lower lane of the call freed the
     /// same block; `false` is a double free (nothing changed).
     ///
@@ -269,13 +270,23 @@ impl Slab {
         // the same for all of them); the head keeps its group's bits.
         let sharing = simt::ballot(uniform, group != 1 << me);
         let mut combined = bit;
-        let mut rest = sharing;
-        while rest != 0 {
-            let source = rest.trailing_zeros();
-            rest &= rest - 1;
-            let theirs = simt::shfl_u32(uniform, bit, source);
-            if group & (1 << source) != 0 {
-                combined |= theirs;
+        if sharing == u32::MAX && simt::ballot(uniform, group == uniform) == uniform {
+            // A whole warp on one word (a coalesced free): a butterfly of
+            // five shuffles gives every lane the OR.
+            let mut width = 1;
+            while width < WORD_BITS {
+                combined |= simt::shfl_u32(uniform, combined, me ^ width);
+                width *= 2;
+            }
+        } else {
+            let mut rest = sharing;
+            while rest != 0 {
+                let source = rest.trailing_zeros();
+                rest &= rest - 1;
+                let theirs = simt::shfl_u32(uniform, bit, source);
+                if group & (1 << source) != 0 {
+                    combined |= theirs;
+                }
             }
         }
         // The lanes' last accesses to their blocks happen-before what the

@@ -139,7 +139,7 @@ pub struct HeapStats {
     /// The device's slab and large-block traffic.
     pub traffic: Traffic,
     /// What is live on the device: slabs, blocks and bytes allocated, large
-    /// blocks, cached and pooled slabs.
+    /// blocks, empty and pooled slabs.
     pub live: Census,
     /// Requests the RPC server answered for this heap.
     pub rpc: RpcCounts,
@@ -579,8 +579,8 @@ impl Heap {
         self.write_device_heap(&copy)?;
         let mut region = lock(&self.region);
         for slab in taken {
-            // A refusal here would mean the device cached something the
-            // region never handed out; the region counts it.
+            // A refusal here would mean the device held a slab the region
+            // never handed out; the region counts it.
             let _ = region.free(slab, GRANULE);
         }
         Ok(region.trim()?)

@@ -1,13 +1,14 @@
 //! `warpalloc bench`: the cases of the published GPU-allocator benchmarks —
 //! per-thread allocate-then-free by size and thread count (cold: a fresh
 //! heap's first launch; warm: the next), mixed sizes, fragmentation (peak
-//! mapped ÷ peak requested), out-of-memory behaviour, and RPC vs pool mode.
+//! mapped ÷ peak requested), the footprint of one block per thread of one
+//! size, out-of-memory behaviour, and RPC vs pool mode.
 
 use serde::Serialize;
 use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{HostError, Prefer};
-use warpalloc_kernels_tests::stress::{alloc_free, drain, fill, lifetimes};
+use warpalloc_kernels_tests::stress::{alloc_free, drain, fill, free_only, lifetimes, malloc_only};
 
 use super::common::{
     Schedule, buffer, bytes, launch, launch_report, launcher, mode_name, open_heap, rate, read,
@@ -21,6 +22,25 @@ pub struct BenchArgs {
     pub threads: Vec<u32>,
     pub rounds: u32,
     pub block: u32,
+    /// The cases to run; empty: all.
+    pub cases: Vec<Case>,
+}
+
+/// A case of `bench`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Case {
+    /// malloc+free pairs by size and thread count (RPC mode).
+    AllocFree,
+    /// The same in pool mode, at the most threads and the smallest size.
+    Pool,
+    /// Mixed sizes, 16 B – 8 KiB, with a pattern checked per block.
+    Mixed,
+    /// Peak mapped ÷ peak requested, mixed sizes.
+    Fragmentation,
+    /// Peak mapped ÷ requested, one block per thread of 16, 64 and 256 B.
+    Footprint,
+    /// Filling under a 64 MiB limit: nulls, no crash.
+    OutOfMemory,
 }
 
 /// One measurement.
@@ -174,6 +194,66 @@ fn alloc_free_case(
         sim_rmws_per_pair: per.rmws,
         sim_loads_per_pair: per.loads,
         note: String::new(),
+        error: None,
+    })
+}
+
+/// One block of `size` bytes per thread, all live at once, then freed: peak
+/// mapped ÷ bytes requested (`threads × size`): the slabs' headers and
+/// bitfields, partly filled slabs, and slabs made by warps racing for room.
+fn footprint_case(
+    prefer: Prefer,
+    schedule: Schedule,
+    threads: u32,
+    block: u32,
+    size: u32,
+) -> Result<Row, HostError> {
+    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+    let blocks = threads.div_ceil(block);
+    let n = blocks * block;
+    let ptrs = buffer::<u64>(&heap, n as usize)?;
+    let elapsed = launch(
+        &mut heap,
+        blocks,
+        block,
+        malloc_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+            size,
+        },
+    )?;
+    let got = read(&heap, &ptrs)?;
+    let nulls = got.iter().filter(|&&p| p == 0).count() as u64;
+    launch(
+        &mut heap,
+        blocks,
+        block,
+        free_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+        },
+    )?;
+    let st = heap.stats()?;
+    if st.live.live_allocations() != 0 {
+        return Err(HostError::InvalidPtx(format!(
+            "footprint: {} allocations live after the frees",
+            st.live.live_allocations()
+        )));
+    }
+    let requested = u64::from(n) * u64::from(size);
+    Ok(Row {
+        case: "footprint".into(),
+        mode: mode_name(heap.mode()),
+        threads: u64::from(n),
+        min_bytes: u64::from(size),
+        max_bytes: u64::from(size),
+        cold_pairs_per_second: pairs_per_second(u64::from(n) - nulls, elapsed.as_secs_f64()),
+        warm_pairs_per_second: 0.0,
+        nulls,
+        peak_mapped_bytes: st.region.peak_mapped_bytes,
+        mapped_per_requested: Some(st.region.peak_mapped_bytes as f64 / requested as f64),
+        sim_steps_per_pair: None,
+        sim_rmws_per_pair: None,
+        sim_loads_per_pair: None,
+        note: format!("{} requested: one block per thread", bytes(requested)),
         error: None,
     })
 }
@@ -343,43 +423,60 @@ pub fn bench(
         threads,
         ..a.clone()
     };
+    let wanted = |c: Case| a.cases.is_empty() || a.cases.contains(&c);
     let mut push = |row: Result<Row, HostError>, case: &str, threads: u32, min: u64, max: u64| {
         let row = row.unwrap_or_else(|e| Row::failed(case, threads, min, max, &e));
         on_row(&target, &row);
         rows.push(row);
     };
-    for &threads in &a.threads {
-        for &size in &a.sizes {
-            let row = alloc_free_case(
-                prefer,
-                schedule,
-                HeapConfig::default(),
-                threads,
-                a.block,
-                size,
-                a.rounds,
-            );
-            push(row, "alloc_free", threads, size.into(), size.into());
+    if wanted(Case::AllocFree) {
+        for &threads in &a.threads {
+            for &size in &a.sizes {
+                let row = alloc_free_case(
+                    prefer,
+                    schedule,
+                    HeapConfig::default(),
+                    threads,
+                    a.block,
+                    size,
+                    a.rounds,
+                );
+                push(row, "alloc_free", threads, size.into(), size.into());
+            }
         }
     }
     let most = a.threads.iter().copied().max().unwrap_or(1024);
     let size = a.sizes.iter().copied().min().unwrap_or(16);
-    let pool = HeapConfig {
-        mode: Mode::Pool { slabs: 64 },
-        ..HeapConfig::default()
-    };
-    let row =
-        alloc_free_case(prefer, schedule, pool, most, a.block, size, a.rounds).map(|mut r| {
-            r.note = "pool: 64 slabs mapped before launch".into();
-            r
-        });
-    push(row, "alloc_free pool", most, size.into(), size.into());
-    let row = mixed_case(prefer, schedule, most, a.block, a.rounds);
-    push(row, "mixed 16 B-8 KiB", most, 16, 8192);
-    let row = fill_case(prefer, schedule, most, a.block, 8, None);
-    push(row, "fragmentation", most, 16, 8192);
-    let row = fill_case(prefer, schedule, most, a.block, 64, Some(64 << 20));
-    push(row, "out of memory", most, 16, 8192);
+    if wanted(Case::Pool) {
+        let pool = HeapConfig {
+            mode: Mode::Pool { slabs: 64 },
+            ..HeapConfig::default()
+        };
+        let row =
+            alloc_free_case(prefer, schedule, pool, most, a.block, size, a.rounds).map(|mut r| {
+                r.note = "pool: 64 slabs mapped before launch".into();
+                r
+            });
+        push(row, "alloc_free pool", most, size.into(), size.into());
+    }
+    if wanted(Case::Mixed) {
+        let row = mixed_case(prefer, schedule, most, a.block, a.rounds);
+        push(row, "mixed 16 B-8 KiB", most, 16, 8192);
+    }
+    if wanted(Case::Fragmentation) {
+        let row = fill_case(prefer, schedule, most, a.block, 8, None);
+        push(row, "fragmentation", most, 16, 8192);
+    }
+    if wanted(Case::Footprint) {
+        for size in [16, 64, 256] {
+            let row = footprint_case(prefer, schedule, most, a.block, size);
+            push(row, "footprint", most, size.into(), size.into());
+        }
+    }
+    if wanted(Case::OutOfMemory) {
+        let row = fill_case(prefer, schedule, most, a.block, 64, Some(64 << 20));
+        push(row, "out of memory", most, 16, 8192);
+    }
     Ok(BenchReport { target, rows })
 }
 

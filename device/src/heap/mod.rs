@@ -430,6 +430,7 @@ impl DeviceHeap {
     /// Frees `ptr` for each lane of `lane_mask` (all of which call this
     /// together). Null is a no-op; a double or invalid free changes nothing
     /// and is counted.
+    #[inline(never)]
     pub fn deallocate(&self, lane_mask: u32, ptr: *mut u8) {
         let addr = ptr.expose_provenance() as u64;
         let target = self.target(addr);
