@@ -26,7 +26,9 @@
 //! * `reclaim()`: CAS `LIVE | 0 → 0`, by a lane that wants an empty slab for
 //!   something else (a claim of a new slab, for any class). Winning it means
 //!   no one holds the slab and every later acquire fails, so the winner owns
-//!   it; it empties the slot (`vacate`) and uses the slab elsewhere.
+//!   it; it empties the slot (`vacate`) and uses the slab elsewhere —
+//!   or, `take_over()`, keeps the slot as a claim would (`SENTINEL`) and
+//!   rebuilds the slab in it (a group that found no free slot).
 //! * `read()`: the count, or 0 for a dead counter. One load.
 //! * `publish(n)`: after creating a slab, set the count to `LIVE | n` (a CAS
 //!   from the dead counter: every acquire of it failed, so no holder exists),
