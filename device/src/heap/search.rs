@@ -88,6 +88,10 @@ const NO_MEMORY: u32 = 3;
 /// small for the whole group).
 const RETRY: u32 = 4;
 
+// A probe's key holds an offset (at most the slot count, plus one) and a
+// class in one word.
+const _: () = assert!(super::MAX_SLOTS < 1 << 16 && crate::size_class::CLASS_COUNT < 1 << 16);
+
 /// Marks of `empties` a claim tries before asking the host (a mark is
 /// stale when its slab's class took the slab again).
 const TAKE_OVER_TRIES: u32 = 4;
@@ -228,9 +232,11 @@ impl DeviceHeap {
             }
             let searching = if probe {
                 // Exhausted: skip to the window's next slot with room; the
-                // lanes at one offset (all of `active` take part in the
-                // match, each group in its probe) probe a slot each.
-                let same = simt::match_any_u32(active, offset);
+                // lanes of one class at one offset (all of `active` take
+                // part in the match, each group in its probe) probe a slot
+                // each. (The class too: offsets count from the class's hint,
+                // and room is by the class's blocks.)
+                let same = simt::match_any_u32(active, offset | ((class as u32) << 16));
                 if offset > 0 {
                     offset = self.next_with_room(same, hint, offset, limit, usable, slot_count);
                     done = offset > limit;
