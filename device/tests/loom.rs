@@ -48,6 +48,27 @@ struct World {
 }
 
 impl World {
+    /// A slot that publishes an initialised slab, with one reference held
+    /// by the caller.
+    fn published() -> Arc<World> {
+        let world = Arc::new(World {
+            guard: Guard::new(),
+            slab: SlabModel::new(READY),
+            publications: AtomicU32::new(0),
+        });
+        assert_eq!(world.guard.lock(1, true), Lock::Claimed);
+        world.guard.publish(world.addr(), 1);
+        world
+    }
+
+    /// What a locker does: lock the slot, use the slab it got, release it.
+    fn lock_use_release(&self) {
+        if let Lock::Acquired { slab, .. } = self.guard.lock(1, false) {
+            self.use_slab(slab);
+            self.release(1);
+        }
+    }
+
     fn addr(&self) -> u64 {
         &self.slab as *const SlabModel as u64
     }
@@ -103,13 +124,7 @@ fn model(bug: u32, f: impl Fn() + Send + Sync + 'static) {
 /// holds it, after every holder's accesses; if not taken, it stays
 /// published with a zero count.
 fn holder_locker_reclaimer() {
-    let world = Arc::new(World {
-        guard: Guard::new(),
-        slab: SlabModel::new(READY),
-        publications: AtomicU32::new(0),
-    });
-    assert_eq!(world.guard.lock(1, true), Lock::Claimed);
-    world.guard.publish(world.addr(), 1);
+    let world = World::published();
     let a = {
         let w = Arc::clone(&world);
         thread::spawn(move || {
@@ -119,12 +134,7 @@ fn holder_locker_reclaimer() {
     };
     let b = {
         let w = Arc::clone(&world);
-        thread::spawn(move || {
-            if let Lock::Acquired { slab, .. } = w.guard.lock(1, false) {
-                w.use_slab(slab);
-                w.release(1);
-            }
-        })
+        thread::spawn(move || w.lock_use_release())
     };
     let c = {
         let w = Arc::clone(&world);
@@ -260,22 +270,11 @@ fn empties_hand_each_mark_to_one_taker() {
 /// new count: it must then see the rebuilt slab, not the old one or a torn
 /// one.
 fn stale_locker_and_rebuild() {
-    let world = Arc::new(World {
-        guard: Guard::new(),
-        slab: SlabModel::new(READY),
-        publications: AtomicU32::new(0),
-    });
-    assert_eq!(world.guard.lock(1, true), Lock::Claimed);
-    world.guard.publish(world.addr(), 1);
+    let world = World::published();
     world.release(1);
     let a = {
         let w = Arc::clone(&world);
-        thread::spawn(move || {
-            if let Lock::Acquired { slab, .. } = w.guard.lock(1, false) {
-                w.use_slab(slab);
-                w.release(1);
-            }
-        })
+        thread::spawn(move || w.lock_use_release())
     };
     let b = {
         let w = Arc::clone(&world);
