@@ -56,7 +56,7 @@ use crate::sync::{AtomicU64, Ordering, fence};
 pub const LIVE: u64 = 1 << 63;
 /// `ptr` of a slot being created.
 pub const SENTINEL: u64 = u64::MAX;
-/// How many times `find_slab` retries a busy slot (its slab being taken
+/// How many times a slab search retries a busy slot (its slab being taken
 /// over) before moving on.
 pub const MAX_TRIES: u32 = 16;
 

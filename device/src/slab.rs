@@ -335,13 +335,13 @@ fn lanes_below(n: u32) -> u32 {
     if n >= 32 { u32::MAX } else { (1u32 << n) - 1 }
 }
 
-/// A per-lane seed: the clock mixed with the thread and block.
+/// A per-lane seed: the clock mixed with the warp's slot and the lane.
 #[inline(always)]
 fn entropy() -> u32 {
-    let t = simt::thread_linear();
-    let b = simt::block_linear() as u32;
-    let seed = (simt::clock() as u32 ^ t.wrapping_mul(0x632b_e59b) ^ b.wrapping_mul(0x8515_7af5))
-        .wrapping_mul(0x9e37_79bb);
+    let seed = (simt::clock() as u32
+        ^ simt::warp_slot().wrapping_mul(0x8515_7af5)
+        ^ simt::lane_id().wrapping_mul(0x632b_e59b))
+    .wrapping_mul(0x9e37_79bb);
     if seed == 0 { 0x9e37_79bb } else { seed }
 }
 

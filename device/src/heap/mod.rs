@@ -26,9 +26,10 @@
 //!
 //! # malloc, for the lanes of `lane_mask`
 //! 1. `place`: a size class, a large block, or nothing (null).
-//! 2. `find_slab` (search.rs): a slab of the class with room, and a
-//!    reservation on it.
-//! 3. `Slab::allocate`: the group's random walk over the bitfield.
+//! 2. `allocate_small` (search.rs): the lanes of one class form a group
+//!    whose leader scans for a slab with room and reserves a block in it for
+//!    each lane (or claims an empty slot, where the group creates a slab);
+//! 3. then `Slab::allocate`: the group's random walk over the bitfield.
 //!
 //! # free
 //! The granule table says whether the pointer's granule is a live slab or the
@@ -68,9 +69,7 @@ use crate::guard::{Guard, Lock};
 use crate::pool::SlabPool;
 use crate::rpc::Mailbox;
 use crate::simt;
-use crate::size_class::{
-    CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, class_index, geometry, place,
-};
+use crate::size_class::{CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, class_index, place};
 use crate::slab::Slab;
 use crate::sync::{AtomicU32, Ordering, SharedArray};
 
@@ -105,7 +104,7 @@ pub struct DeviceHeap {
     /// block freed, the host's `trim`; an emptied slab is seen through
     /// `empties` instead). A refusal that
     /// raced with memory coming back is stale at once. While exhausted,
-    /// `find_slab` claims no empty slot and scans a bounded window
+    /// a search claims no empty slot and scans a bounded window
     /// (`search.rs`), so an out-of-memory malloc costs about what a
     /// successful one does.
     exhausted: AtomicU32,
@@ -151,6 +150,16 @@ impl DeviceHeap {
     // indices come from a region of at most MAX_REGION, class indices from
     // `place`), and masking or clamping them keeps the PTX free of bounds
     // checks and their formatting machinery.
+
+    /// This heap, through [`simt::opaque_u64`]: the slow paths' loops
+    /// take it at each round, so that addresses within the heap are
+    /// computed where they are used rather than kept live across the loop.
+    #[inline(always)]
+    fn opaque(&self) -> &Self {
+        let at = (self as *const Self).map_addr(|a| simt::opaque_u64(a as u64) as usize);
+        // SAFETY: the same address, with the same provenance.
+        unsafe { &*at }
+    }
 
     #[inline(always)]
     fn slot(&self, index: u32) -> &Guard {
@@ -338,6 +347,7 @@ impl DeviceHeap {
     /// Allocates `bytes` aligned to `align` for each lane of `lane_mask` (all
     /// of which call this together). Null for a zero or impossible size, a
     /// non-power-of-two alignment, or no memory.
+    #[inline(always)]
     pub fn allocate(&self, lane_mask: u32, bytes: u64, align: u64) -> *mut u8 {
         let bound = self.slot_count() != 0;
         let placement = if bound {
@@ -365,18 +375,6 @@ impl DeviceHeap {
             return core::ptr::null_mut();
         }
         core::ptr::with_exposed_provenance_mut(addr as usize)
-    }
-
-    /// A block of class `class` for each lane of `lane_mask`; 0 for lanes
-    /// that found no memory.
-    fn allocate_small(&self, lane_mask: u32, class: usize) -> u64 {
-        let found = self.find_slab(lane_mask, class);
-        if found.slab == 0 {
-            return 0;
-        }
-        // SAFETY: `find_slab` gave every lane of `found.uniform` a reference
-        // and a position ≤ usable on this live slab of class `class`.
-        unsafe { Slab(found.slab).allocate(found.uniform, found.reserved, geometry(class)) }
     }
 
     /// A large block straight from the provider (one lane).
@@ -479,7 +477,7 @@ impl DeviceHeap {
                 Lock::Acquired { .. } => {
                     // The slot now holds another slab: the pointer's slab is
                     // gone. Give the references back.
-                    self.release_slot(slot, 1 << leader, n);
+                    self.release_slot(slot, n);
                 }
                 // Our stale reference was the slot's new slab's last.
                 Lock::Emptied => self.empties.mark(slot),
@@ -506,7 +504,11 @@ impl DeviceHeap {
             self.errors.record(counter, addr);
         }
         let blocks_freed = simt::ballot(uniform, freed).count_ones();
-        let after = self.release_slot(slot, uniform, n + blocks_freed);
+        let after = if simt::lane_id() == leader {
+            self.release_slot(slot, n + blocks_freed)
+        } else {
+            0
+        };
         // A free into a full slab gives it room: point the class's hint at
         // it, so that the class's next malloc (and an exhausted heap's
         // bounded search) finds it. The count the release returned says so:

@@ -3,20 +3,25 @@
 //! its class or taken over by a claim elsewhere once it is empty.
 //!
 //! ```text
-//!   lanes of one class ─► hint[class] ─► its slot: room? ── yes ─► lock
-//!                              │ no                                  │
-//!                              ▼                                     ▼
-//!          scan on from the hint: slot h+1, h+2, ... ─► empty: claim
-//!                                                       full / other class: next
-//!   after the scan: each claiming group creates its slab (an empty slab
-//!   taken over, else the pool's or the host's), then lanes that met a slot
-//!   being created, or found no memory, scan again
+//!   lanes of one class (a group) ─► its leader, alone:
+//!       hint[class] ─► its slot: room? ── yes ─► lock n (one atomic) ─► done
+//!            │ no
+//!            ▼
+//!       slot h+1, h+2, ... ─► room: lock ─► done
+//!                             empty: claim ─► done
+//!                             full / other class: next
+//!   ─► the group: the first lanes, as many as the slab had room for, get a
+//!      reservation each; a claiming group creates its slab (an empty slab
+//!      taken over, else the pool's or the host's); lanes beyond the room,
+//!      lanes that met a slot being created or found no memory scan again
 //! ```
 //!
-//! Lanes aiming at the same slot form a `uniform` group whose leader locks
-//! the slot for all of them with one atomic (the guard's count grows by the
-//! group's size); each lane's position among the reservations tells whether
-//! it got room. A group that claimed an empty slot gets a slab, zeroes its
+//! The lanes asking for one class form a `uniform` group whose leader scans
+//! for all of them: one lock of the group's size per slot it tries (the
+//! guard's count grows by the group's size), spare references given back
+//! at once, no collectives in its loop — so a warp's groups of different
+//! classes scan at the same time, and the loop's registers are one lane's
+//! scan state. A group that claimed an empty slot gets a slab, zeroes its
 //! bitfield together and publishes it — outside the scan's loop, so that
 //! the registers of that slow part do not add to the scan's. The scan ends
 //! after every slot once: out of memory.
@@ -65,14 +70,18 @@ use crate::size_class::{SLAB_SIZE, geometry};
 use crate::slab::Slab;
 use crate::sync::Ordering;
 
-/// `count` from a lock that claimed an empty slot: the group must create the
-/// slab.
-const CLAIM: u32 = u32::MAX;
-/// `count` from a lock of an empty slot the lane may not claim: move on.
-const SKIP: u32 = u32::MAX - 2;
-/// `count` from a lock of a slot being created: scan again after the
-/// round's creations.
-const CREATING: u32 = u32::MAX - 3;
+/// A scan's FOUND word: `base << FIT_BITS | fit` (`fit` ≤ 32 lanes served,
+/// `base` < a class's blocks ≤ 2^17).
+const FIT_BITS: u32 = 6;
+const FIT_MASK: u32 = (1 << FIT_BITS) - 1;
+const _: () = assert!(simt::WARP_SIZE <= FIT_MASK);
+/// A scan's result word holds its outcome in the top bits, above a slot
+/// index or the FOUND word.
+const OUTCOME_SHIFT: u32 = 29;
+const WORD_MASK: u32 = (1 << OUTCOME_SHIFT) - 1;
+const _: () = assert!(RETRY < 1 << (32 - OUTCOME_SHIFT));
+const _: () = assert!(super::MAX_SLOTS as u64 <= WORD_MASK as u64);
+const _: () = assert!((crate::size_class::SLAB_SIZE >> 4) << FIT_BITS <= WORD_MASK as u64);
 
 /// Outcome of a scan or a creation: nothing found (null).
 const NOTHING: u32 = 0;
@@ -84,13 +93,9 @@ const CLAIMED: u32 = 2;
 /// Outcome of a creation that found no memory: search again, existing slabs
 /// only.
 const NO_MEMORY: u32 = 3;
-/// Outcome: scan again (a slot being created was met, or a new slab was too
-/// small for the whole group).
+/// Outcome: scan again (a slot being created was met, or a slab — a new one
+/// included — had room for fewer lanes than the group).
 const RETRY: u32 = 4;
-
-// A probe's key holds an offset (at most the slot count, plus one) and a
-// class in one word.
-const _: () = assert!(super::MAX_SLOTS < 1 << 16 && crate::size_class::CLASS_COUNT < 1 << 16);
 
 /// Marks of `empties` a claim tries before asking the host (a mark is
 /// stale when its slab's class took the slab again).
@@ -103,7 +108,7 @@ const TAKE_OVER_TRIES: u32 = 4;
 /// found (a free into a full slab points the hint at it, see `free_small`).
 pub(super) const EXHAUSTED_WINDOW: u32 = 32;
 
-/// The result of `find_slab` for one lane.
+/// What a lane's scan or creation found: a slab and a reservation on it.
 #[derive(Clone, Copy)]
 pub(super) struct Found {
     pub(super) slab: u64,
@@ -144,41 +149,54 @@ impl DeviceHeap {
         }
     }
 
-    /// Finds each lane of `lane_mask` a slab of class `class` with room, and
-    /// a reservation on it (`slab == 0`: no memory).
+    /// A block of class `class` for each lane of `lane_mask` (0: no
+    /// memory): finds each lane a slab of the class with room and a
+    /// reservation on it, then walks the slab's bitfield for a block.
     ///
-    /// Rounds of a scan and the creations it asked for: the scan locks a
-    /// slab with room or claims an empty slot; after it, outside its loop
-    /// (so that its state is dead and the registers of the slow part do not
-    /// add to it), each claiming group creates its slab. Lanes whose scan
-    /// found nothing while a slab sits empty somewhere (a full slot table,
-    /// or an exhausted heap's window) take that slab over in its own slot
-    /// and create theirs there. A lane whose claim found no memory (the heap
-    /// is now marked exhausted), or that met a slot being created (by its
-    /// own warp, perhaps: waiting inside the scan could deadlock), scans
-    /// again from the class's hint — which creators move to their new slab.
-    pub(super) fn find_slab(&self, lane_mask: u32, class: usize) -> Found {
+    /// Rounds of a scan and the creations it asked for. The lanes of one
+    /// class form a group whose leader scans alone for all of them (`scan`:
+    /// one lock of the group's size per slot it tries, no collectives in
+    /// its loop), then shares what it found. After the scan, outside its
+    /// loop (so that the registers of the slow part do not add to it), a
+    /// group that claimed an empty slot creates its slab there; a group
+    /// that found nothing while a slab sits empty somewhere (a full slot
+    /// table, or an exhausted heap's window) takes that slab over in its own
+    /// slot. Lanes beyond the room a slab had, lanes whose claim found no
+    /// memory (the heap is now marked exhausted), and lanes that met a slot
+    /// being created (by their own warp, perhaps: waiting inside the scan
+    /// could deadlock) scan again from the class's hint — which creators
+    /// move to their new slab.
+    pub(super) fn allocate_small(&self, lane_mask: u32, class: usize) -> u64 {
         let mut pending = lane_mask;
         let mut backoff = simt::Backoff::new();
+        // The heap and the class pass through `opaque` at each round, and
+        // what the round computes from them is computed in it, not kept
+        // live across the rounds (nor across the block's walk after them).
+        let mut heap = self;
+        let mut class = class;
         loop {
-            let (mut found, mut outcome) = self.scan(pending, class);
-            let nothing = simt::ballot(pending, outcome == NOTHING);
+            heap = heap.opaque();
+            class = simt::opaque_u32(class as u32) as usize;
+            let group = simt::match_any_u32(pending, class as u32);
+            let (mut found, mut outcome) = heap.scan(group, class);
             if outcome == CLAIMED || outcome == NOTHING {
-                // Claimed: `found.reserved` is the claimed slot,
-                // `found.uniform` the group that claimed it. Nothing: the
-                // lanes of one class take an empty slab over in its slot.
-                let adopt = outcome == NOTHING;
-                let group = if adopt {
-                    simt::match_any_u32(nothing, class as u32)
-                } else {
-                    found.uniform
-                };
-                (found, outcome) = self.create(group, found.reserved, class, adopt);
+                // Claimed: `found.reserved` is the claimed slot. Nothing:
+                // the group takes an empty slab over in its slot. Either
+                // way, the whole group.
+                (found, outcome) = heap.create(group, found.reserved, class, outcome == NOTHING);
             }
             let again = outcome == NO_MEMORY || outcome == RETRY;
             pending = simt::ballot(pending, again);
             if !again {
-                return found;
+                if found.slab == 0 {
+                    return 0;
+                }
+                // SAFETY: every lane of `found.uniform` holds a reference
+                // and a position ≤ usable on this live slab of class
+                // `class`.
+                return unsafe {
+                    Slab(found.slab).allocate(found.uniform, found.reserved, geometry(class))
+                };
             }
             // The lanes of `pending`, all of them here. No memory: the next
             // scan looks at existing slabs only (the exhausted mark says
@@ -187,31 +205,68 @@ impl DeviceHeap {
         }
     }
 
-    /// One scan for the lanes of `lane_mask`, from the class's hint (offset
-    /// 0) on (offset `o`: the `o`-th slot after it). Returns the lane's
-    /// result and outcome: FOUND (a slab with room, and a reservation),
-    /// CLAIMED (`reserved` is a slot the lane's group, `uniform`, claimed:
-    /// it must create the slab), RETRY (a slot being created: scan again),
-    /// or NOTHING.
-    fn scan(&self, lane_mask: u32, class: usize) -> (Found, u32) {
+    /// One scan for the lanes of `group` (all of one class, all calling):
+    /// the leader scans alone, then each lane gets its part. FOUND (a slab
+    /// with room and a reservation: the group's first lanes, as many as the
+    /// slab had room for; the others RETRY), CLAIMED (`reserved` is a slot
+    /// the group claimed: it must create the slab), RETRY (a slot being
+    /// created: scan again), or NOTHING.
+    fn scan(&self, group: u32, class: usize) -> (Found, u32) {
+        let leader = simt::leader(group);
+        let (mut slab, mut packed) = (0u64, NOTHING << OUTCOME_SHIFT);
+        if simt::lane_id() == leader {
+            (slab, packed) = self.scan_alone(class, group.count_ones());
+        }
+        let packed = simt::shfl_u32(group, packed, leader);
+        let (outcome, word) = (packed >> OUTCOME_SHIFT, packed & WORD_MASK);
+        match outcome {
+            FOUND => {
+                let slab = simt::shfl_u64(group, slab, leader);
+                // The leader took `fit` references on top of `base` for the
+                // group's first `fit` lanes: their positions are base+1..
+                let (base, fit) = (word >> FIT_BITS, word & FIT_MASK);
+                let rank = (group & simt::lanemask_lt()).count_ones();
+                let served = simt::ballot(group, rank < fit);
+                if rank >= fit {
+                    return (Found::NONE, RETRY);
+                }
+                (
+                    Found {
+                        slab,
+                        reserved: base + rank + 1,
+                        uniform: served,
+                    },
+                    FOUND,
+                )
+            }
+            CLAIMED => (
+                Found {
+                    slab: 0,
+                    reserved: word,
+                    uniform: group,
+                },
+                CLAIMED,
+            ),
+            _ => (Found::NONE, outcome),
+        }
+    }
+
+    /// The scan of one lane (a group's leader) for `n` blocks of class
+    /// `class`, from the class's hint (offset 0) on (offset `o`: the `o`-th
+    /// slot after it), to the table's end or, while the heap is exhausted,
+    /// the window's. Returns (slab, base << FIT_BITS | fit, FOUND): `fit`
+    /// references taken for the group's first lanes on top of `base`, the
+    /// spare ones given back; (0, slot, CLAIMED); (0, 0, RETRY); or
+    /// (0, 0, NOTHING). No collectives: the leaders of other classes' groups
+    /// scan at the same time.
+    fn scan_alone(&self, class: usize, n: u32) -> (u64, u32) {
         let geo = geometry(class);
-        let usable = geo.usable;
         let slot_count = self.slot_count();
         let hint = self.hint(class, slot_count);
-        let mut found = Found {
-            slab: 0,
-            reserved: 0,
-            uniform: 0,
-        };
-        let mut outcome = NOTHING;
         // Out of memory (the provider refused a slab, none came back since):
         // claim no empty slot unless a slab went empty or the pool has one,
-        // and look at the hint and a bounded window only. (Decided once for
-        // all the lanes, so that the probes below are collectives they all
-        // take part in.)
-        let exhausted = simt::ballot(lane_mask, self.is_exhausted()) != 0;
-        let at_hand = exhausted && simt::ballot(lane_mask, self.slab_at_hand()) != 0;
-        let probe = exhausted && !at_hand;
+        // and look at the hint and a bounded window only.
+        let probe = self.is_exhausted() && !self.slab_at_hand();
         let may_claim = !probe;
         let limit = if probe {
             EXHAUSTED_WINDOW.min(slot_count)
@@ -221,167 +276,69 @@ impl DeviceHeap {
         let mut offset = 0u32;
         let mut retries = 0u32;
         let mut backoff = simt::Backoff::new();
-        let mut done = false;
-        loop {
-            let active = simt::ballot(lane_mask, !done);
-            if active == 0 {
-                return (found, outcome);
-            }
-            if done {
-                continue;
-            }
-            let searching = if probe {
-                // Exhausted: skip to the window's next slot with room; the
-                // lanes of one class at one offset (all of `active` take
-                // part in the match, each group in its probe) probe a slot
-                // each. (The class too: offsets count from the class's hint,
-                // and room is by the class's blocks.)
-                let same = simt::match_any_u32(active, offset | ((class as u32) << 16));
-                if offset > 0 {
-                    offset = self.next_with_room(same, hint, offset, limit, usable, slot_count);
-                    done = offset > limit;
-                }
-                simt::ballot(active, !done)
-            } else {
-                active
-            };
-            if done {
-                continue;
-            }
-            // Lanes still looking: `searching`, all of them here.
+        while offset <= limit {
             // The hint, then the slots after it: a class's full slabs
             // before its hint are not walked again, so the cost of finding
             // room does not grow with the class's slabs.
             let index = wrap(hint, offset, slot_count);
+            let guard = self.slot(index);
             // A slot whose count is 0 is empty, being created or taken
             // over, or an empty slab: worth a lock only to claim it (or to
             // find the empty slab ours).
-            let count = self.slot(index).use_count();
-            let available = offset == 0 || (count < usable && (may_claim || count > 0));
-            let slab_mask = simt::ballot(searching, available);
-            if available {
-                let key = ((class as u64) << 32) | u64::from(index);
-                let group = simt::match_any_u64(slab_mask, key);
-                let (slab, count) = self.try_lock(slab_mask, group, index, may_claim);
-                // SAFETY: a non-zero `slab` is live and referenced by us.
-                let fits = slab != 0
-                    && count <= usable
-                    && unsafe { Slab(slab).header() }.block == geo.block;
-                let locked = simt::ballot(slab_mask, fits);
-                let spare = simt::ballot(slab_mask, slab != 0) & !locked;
-                if fits {
-                    if count == 1 {
-                        // The first reservation of a slab that had none:
-                        // an empty slab of ours put back to use (one lane
-                        // counts it; a new slab's come from `create`).
-                        self.counters.slabs_revived.fetch_add(1);
+            let count = guard.use_count();
+            if offset == 0 || (count < geo.usable && (may_claim || count > 0)) {
+                match guard.lock(n, may_claim) {
+                    Lock::Acquired { slab, count } => {
+                        // `count` is after our `n`: the slab had `base`.
+                        let base = count.saturating_sub(n);
+                        // SAFETY: `slab` is live and referenced by us.
+                        let ours = unsafe { Slab(slab).header() }.block == geo.block;
+                        let fit = if ours && base < geo.usable {
+                            (geo.usable - base).min(n)
+                        } else {
+                            0
+                        };
+                        if fit < n {
+                            // Wrong class, or more lanes than room: give
+                            // the spare references back.
+                            self.release_slot(index, n - fit);
+                        }
+                        if fit > 0 {
+                            if base == 0 {
+                                // An empty slab of ours put back to use (a
+                                // new slab's come from `create`).
+                                self.counters.slabs_revived.fetch_add(1);
+                            }
+                            if offset != 0 {
+                                self.class_hint(class).store(index + 1, Ordering::Relaxed);
+                            }
+                            return (slab, (FOUND << OUTCOME_SHIFT) | (base << FIT_BITS) | fit);
+                        }
                     }
-                    if index != hint && simt::is_leader(group & locked) {
-                        self.class_hint(class).store(index + 1, Ordering::Relaxed);
-                    }
-                    found = Found {
-                        slab,
-                        reserved: count,
-                        uniform: group & locked,
-                    };
-                    outcome = FOUND;
-                    done = true;
-                } else if slab != 0 {
-                    // Wrong class, or more lanes than room: give the group's
-                    // unused references back.
-                    self.unlock_slot(index, spare & group);
-                } else if count == CLAIM {
-                    found.reserved = index;
-                    found.uniform = group;
-                    outcome = CLAIMED;
-                    done = true;
-                } else if count == CREATING {
+                    Lock::Claimed => return (0, (CLAIMED << OUTCOME_SHIFT) | index),
                     // Being created, most likely for our class: come back
                     // after this round's creations (its creators may be in
-                    // this warp, waiting for us at our next collective).
-                    outcome = RETRY;
-                    done = true;
-                } else if count != SKIP && retries < MAX_TRIES {
+                    // this warp, waiting for us at their next collective).
+                    Lock::Creating => return (0, RETRY << OUTCOME_SHIFT),
+                    Lock::Emptied => {
+                        // Our stale reference was the new slab's last.
+                        self.empties.mark(index);
+                        return (0, RETRY << OUTCOME_SHIFT);
+                    }
                     // Being taken over (by another warp): it will be empty
                     // (claimable) soon.
-                    retries += 1;
-                    backoff.snooze();
-                    continue;
+                    Lock::Busy if retries < MAX_TRIES => {
+                        retries += 1;
+                        backoff.snooze();
+                        continue;
+                    }
+                    Lock::Busy | Lock::Empty => {}
                 }
-            }
-            if done {
-                continue;
             }
             retries = 0;
             offset += 1;
-            if offset > limit {
-                done = true;
-            }
         }
-    }
-
-    /// The first offset in `from..=limit` (offsets count from the class's
-    /// hint `base`, as in `scan`) whose slot publishes a slab
-    /// with room, or `limit + 1`. The lanes of `lane_mask` (all calling)
-    /// probe a slot each per round: one load and one ballot for up to 32
-    /// slots.
-    fn next_with_room(
-        &self,
-        lane_mask: u32,
-        base: u32,
-        from: u32,
-        limit: u32,
-        usable: u32,
-        slot_count: u32,
-    ) -> u32 {
-        let lanes = lane_mask.count_ones();
-        let rank = (lane_mask & simt::lanemask_lt()).count_ones();
-        let mut at = from;
-        while at <= limit {
-            let mine = at + rank;
-            let room = mine <= limit && {
-                let count = self.slot(wrap(base, mine, slot_count)).use_count();
-                count > 0 && count < usable
-            };
-            let hits = simt::ballot(lane_mask, room);
-            if hits != 0 {
-                let first = hits.trailing_zeros();
-                return at + (lane_mask & ((1u32 << first) - 1)).count_ones();
-            }
-            at += lanes;
-        }
-        limit + 1
-    }
-
-    /// Locks slot `index` for the lanes of `group` (a subset of
-    /// `lane_mask`, all calling). Returns the slab and the lane's 1-based
-    /// position among its reservations, or (0, 0 | CLAIM | SKIP |
-    /// CREATING).
-    fn try_lock(&self, lane_mask: u32, group: u32, index: u32, may_claim: bool) -> (u64, u32) {
-        let leader = simt::leader(group);
-        let n = group.count_ones();
-        let (mut slab, mut count) = (0u64, 0u32);
-        if simt::lane_id() == leader {
-            match self.slot(index).lock(n, may_claim) {
-                Lock::Acquired { slab: s, count: c } => (slab, count) = (s, c),
-                Lock::Claimed => count = CLAIM,
-                Lock::Empty => count = SKIP,
-                Lock::Creating => count = CREATING,
-                Lock::Emptied => {
-                    // Our stale reference was the new slab's last.
-                    self.empties.mark(index);
-                    count = CREATING;
-                }
-                Lock::Busy => {}
-            }
-        }
-        let slab = simt::shfl_u64(lane_mask, slab, leader);
-        let count = simt::shfl_u32(lane_mask, count, leader);
-        if slab == 0 {
-            return (0, count);
-        }
-        let rank = (group & simt::lanemask_lt()).count_ones();
-        (slab, count - n + rank + 1)
+        (0, NOTHING << OUTCOME_SHIFT)
     }
 
     /// The lanes of `group` (all calling) claimed slot `index`: they get a
@@ -456,8 +413,8 @@ impl DeviceHeap {
         let reserved = (group & simt::lanemask_lt()).count_ones() + 1;
         let fits = reserved <= geometry(class).usable;
         let spare = simt::ballot(group, !fits);
-        if spare != 0 {
-            self.unlock_slot(index, spare);
+        if spare != 0 && simt::is_leader(spare) {
+            self.release_slot(index, spare.count_ones());
         }
         if !fits {
             return (Found::NONE, RETRY);
@@ -542,19 +499,10 @@ impl DeviceHeap {
         None
     }
 
-    /// Gives back one reference per lane of `mask` to slot `index` (the
-    /// lowest lane of `mask` does it).
-    fn unlock_slot(&self, index: u32, mask: u32) {
-        self.release_slot(index, mask, mask.count_ones());
-    }
-
-    /// The lowest lane of `mask` gives back `n` references to slot `index`;
-    /// it gets the count after (other lanes: 0). A release to zero marks the
-    /// slot's slab empty; it stays published.
-    pub(super) fn release_slot(&self, index: u32, mask: u32, n: u32) -> u32 {
-        if !simt::is_leader(mask) || n == 0 {
-            return 0;
-        }
+    /// Gives back `n` references to slot `index` (one lane); returns the
+    /// count after. A release to zero marks the slot's slab empty; it stays
+    /// published.
+    pub(super) fn release_slot(&self, index: u32, n: u32) -> u32 {
         let after = self.slot(index).unlock(n);
         if after == 0 {
             self.empties.mark(index);

@@ -56,12 +56,9 @@ impl<'a> Client<'a> {
         if simt::lane_id() == leader {
             let count = self.port_count.max(1);
             // Warps spread over the ports by Fibonacci hashing of the
-            // warp's index in the grid: consecutive warps land far apart
-            // and evenly, with no division.
-            let warps_per_block = (simt::block_dim().volume() as u32).div_ceil(32);
-            let warp = (simt::block_linear() as u32)
-                .wrapping_mul(warps_per_block)
-                .wrapping_add(simt::warp_id());
+            // warp's slot: warps running at once land far apart and
+            // evenly, with no division.
+            let warp = simt::warp_slot();
             let start = reduce(warp.wrapping_mul(0x9e37_79b9), count);
             let mut backoff = Backoff::new();
             'search: loop {

@@ -122,6 +122,33 @@ pub fn warp_id() -> u32 {
     thread_linear() / WARP_SIZE
 }
 
+/// `x`, as a value the compiler cannot see through: what is computed from
+/// it is computed where it is used, not hoisted out of a loop and kept live
+/// across it (on the GPU an opaque register move; the identity elsewhere).
+/// The allocator's slow paths pass their loop's invariants through it so
+/// that their register demand stays their own.
+#[inline(always)]
+pub fn opaque_u32(x: u32) -> u32 {
+    imp::opaque_u32(x)
+}
+
+/// [`opaque_u32`] for 64-bit values and addresses.
+#[inline(always)]
+pub fn opaque_u64(x: u64) -> u64 {
+    imp::opaque_u64(x)
+}
+
+/// An identity of the caller's warp among the warps running now, for
+/// spreading and entropy (the RPC port a warp starts from, the slab walk's
+/// seed), not for indexing: on the GPU the SM's index and the warp's slot on
+/// it (`%smid`, `%warpid`: two special-register reads, no arithmetic, read
+/// where used rather than kept live — they may change when a warp is
+/// preempted); in the simulator the warp's index in the grid.
+#[inline(always)]
+pub fn warp_slot() -> u32 {
+    imp::warp_slot()
+}
+
 /// The lanes of the caller's warp that exist: all 32, except in a block whose
 /// size is not a multiple of 32, where the last warp is partial. (Which of
 /// them are *here* is [`activemask`]'s question.)

@@ -67,6 +67,24 @@ pub(super) fn lane_id() -> u32 {
 }
 
 #[inline(always)]
+pub(super) fn warp_slot() -> u32 {
+    let (sm, slot): (u32, u32);
+    // SAFETY: reading special registers has no preconditions. Not `pure`:
+    // the compiler must read them where they are used, not hoist them out
+    // of the allocator's loops and keep them live across its slow paths.
+    unsafe {
+        core::arch::asm!(
+            "mov.u32 {0}, %smid;",
+            "mov.u32 {1}, %warpid;",
+            out(reg32) sm,
+            out(reg32) slot,
+            options(nomem, nostack)
+        )
+    };
+    (sm << 6) | slot
+}
+
+#[inline(always)]
 pub(super) fn thread_idx() -> Dim3 {
     Dim3 {
         x: sreg!(sreg_tid_x),
@@ -156,4 +174,18 @@ pub(super) fn nanosleep(nanoseconds: u32) {
 #[inline(always)]
 pub(super) fn clock() -> u64 {
     sreg!(sreg_globaltimer)
+}
+
+#[inline(always)]
+pub(super) fn opaque_u32(mut x: u32) -> u32 {
+    // SAFETY: a register move. Not `pure`: see `super::opaque_u32`.
+    unsafe { core::arch::asm!("mov.b32 {0}, {0};", inout(reg32) x, options(nomem, nostack)) };
+    x
+}
+
+#[inline(always)]
+pub(super) fn opaque_u64(mut x: u64) -> u64 {
+    // SAFETY: a register move. Not `pure`: see `super::opaque_u32`.
+    unsafe { core::arch::asm!("mov.b64 {0}, {0};", inout(reg64) x, options(nomem, nostack)) };
+    x
 }

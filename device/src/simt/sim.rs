@@ -17,6 +17,17 @@ pub(super) fn lane_id() -> u32 {
 }
 
 #[inline]
+pub(super) fn warp_slot() -> u32 {
+    let block = dim(sim::block_dim());
+    let warps_per_block = (block.volume() as u32).div_ceil(super::WARP_SIZE);
+    let thread = block.linear(dim(sim::thread_idx())) as u32;
+    let block_index = dim(sim::grid_dim()).linear(dim(sim::block_idx())) as u32;
+    block_index
+        .wrapping_mul(warps_per_block)
+        .wrapping_add(thread / super::WARP_SIZE)
+}
+
+#[inline]
 pub(super) fn thread_idx() -> Dim3 {
     dim(sim::thread_idx())
 }
@@ -79,4 +90,14 @@ pub(super) fn nanosleep(nanoseconds: u32) {
 #[inline]
 pub(super) fn clock() -> u64 {
     sim::clock()
+}
+
+#[inline]
+pub(super) fn opaque_u32(x: u32) -> u32 {
+    x
+}
+
+#[inline]
+pub(super) fn opaque_u64(x: u64) -> u64 {
+    x
 }
