@@ -13,7 +13,7 @@ use warpalloc_device::size_class::SLAB_SIZE;
 use warpalloc_host::Buffer;
 use warpalloc_kernels_tests::stress::{
     STATS_WORDS, SWEEP_SIZES, Stats, aligned, bad_input, churn, drain, drain_transfer, fill,
-    free_only, freed_queries, malloc_only, resize, size_sweep,
+    free_only, freed_queries, malloc_only, malloc_sizes, resize, size_sweep,
 };
 
 struct Churn {
@@ -638,6 +638,65 @@ fn an_out_of_memory_malloc_costs_about_what_a_successful_one_does() {
         free_warp(&mut heap, ptrs);
     }
     assert_empty(&mut heap, "out of memory and back");
+}
+
+/// A warp whose lanes ask for different classes on an exhausted heap: each
+/// class's lanes find room in their own class's slab (the search is by
+/// class group, each group's leader scanning from its class's hint), the
+/// lanes of a class without a slab get null, and the host is not asked.
+/// (The bounded search of an exhausted heap once grouped the lanes of
+/// different classes into one probe, whose window was one class's.)
+#[test]
+fn a_warp_of_mixed_classes_on_an_exhausted_heap_finds_each_class_its_room() {
+    let mut heap = heap(4 * SLAB_SIZE, 32_768);
+    let mut kept = Vec::new();
+    for size in [16, 64, 256, 1024] {
+        let (_, got) = malloc_warp(&mut heap, size);
+        assert_eq!(nulls(&got), 0, "{size} B: the region has room");
+        kept.push(got);
+    }
+    // A fifth class: the host refuses its slab; the heap is exhausted.
+    let (_, got) = malloc_warp(&mut heap, 4096);
+    assert_eq!(nulls(&got), 32);
+    let rpc_before = heap.stats().expect("stats").rpc.allocs;
+    // Lanes 0..8: 16 B, 8..16: 1 KiB, 16..24: 4 KiB (no slab), 24..32:
+    // 64 B; interleaved so that no class is a contiguous run of lanes.
+    let size_of = |lane: usize| [16u32, 1024, 4096, 64][lane % 4];
+    let sizes: Vec<u32> = (0..32).map(size_of).collect();
+    let sizes_buf = heap
+        .launcher()
+        .expect("a heap made with a launcher")
+        .upload(&sizes)
+        .expect("upload");
+    let ptrs = buffer::<u64>(&heap, 32);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 32)
+            .seed(11)
+            .convergence(Convergence::Converged),
+        malloc_sizes::Args {
+            ptrs: ptrs.kernel_ptr(),
+            sizes: sizes_buf.kernel_ptr(),
+        },
+    );
+    let got = read(&mut heap, &ptrs);
+    for (lane, (&p, &size)) in got.iter().zip(&sizes).enumerate() {
+        if size == 4096 {
+            assert_eq!(p, 0, "lane {lane}: 4 KiB has no slab and no memory");
+        } else {
+            assert_ne!(p, 0, "lane {lane}: {size} B has room in its slab");
+        }
+    }
+    assert_eq!(
+        heap.stats().expect("stats").rpc.allocs,
+        rpc_before,
+        "an exhausted heap asked the host"
+    );
+    kept.push(got);
+    for ptrs in &kept {
+        free_warp(&mut heap, ptrs);
+    }
+    assert_empty(&mut heap, "mixed classes on an exhausted heap");
 }
 
 /// Frees leave an emptied slab published (no disposal on the free path);

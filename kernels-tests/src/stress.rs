@@ -723,6 +723,19 @@ kernel! {
 }
 
 kernel! {
+    /// Each thread takes `sizes[thread]` bytes (a warp of mixed classes)
+    /// and stores the address in `ptrs[thread]` (0 when null).
+    pub fn malloc_sizes(ptrs: *mut u64, sizes: *const u32) {
+        let me = simt::global_thread_id() as usize;
+        // SAFETY: the host gave a word per thread in each buffer.
+        unsafe {
+            let p = malloc(sizes.add(me).read() as usize);
+            ptrs.add(me).write(p.expose_provenance() as u64);
+        }
+    }
+}
+
+kernel! {
     /// The free path alone: each thread frees `ptrs[thread]` (0: nothing).
     pub fn free_only(ptrs: *const u64) {
         let me = simt::global_thread_id() as usize;
