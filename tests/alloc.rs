@@ -679,7 +679,7 @@ fn a_warp_of_mixed_classes_on_an_exhausted_heap_finds_each_class_its_room() {
             sizes: sizes_buf.kernel_ptr(),
         },
     );
-    let got = read(&mut heap, &ptrs);
+    let got = read(&heap, &ptrs);
     for (lane, (&p, &size)) in got.iter().zip(&sizes).enumerate() {
         if size == 4096 {
             assert_eq!(p, 0, "lane {lane}: 4 KiB has no slab and no memory");
