@@ -378,6 +378,8 @@ impl DeviceHeap {
     }
 
     /// A large block straight from the provider (one lane).
+    #[cold]
+    #[inline(never)]
     fn allocate_large(&self, bytes: u64, align: u64) -> u64 {
         let addr = self.system_allocate(bytes, align);
         if addr == 0 {
