@@ -42,7 +42,8 @@ fn pair(r: &Request) -> (u64, u64) {
     }
 }
 
-/// Two calls (a ping, an alloc) and a no-wait free in between; the server
+/// Two calls (a ping, and an alloc by the one-lane path without
+/// collectives) and a no-wait free in between; the server
 /// answers a ping with the complement, an alloc with `bytes + 100`, and
 /// counts the frees.
 fn exchange() {
@@ -92,7 +93,8 @@ fn exchange() {
     let r1 = client.call(1, &Request::Ping { words: words(1) }, Reply::read_ping);
     assert_eq!(r1[..2], [!1, !7], "client read a reply not written yet");
     client.free(1, 2, 14);
-    let r3 = client.alloc(1, 3, 21);
+    // The one-lane path the heap uses for its requests.
+    let r3 = client.alloc_alone(3, 21);
     assert_eq!(r3, Ok(103), "client read a reply not written yet");
     let mut seen = server.join().unwrap();
     seen.sort_unstable_by_key(|&(_, n)| n);

@@ -307,9 +307,9 @@ impl DeviceHeap {
     /// System memory: `bytes` aligned to `align`, or 0. One lane calls it.
     fn system_allocate(&self, bytes: u64, align: u64) -> u64 {
         match (self.provider(), self.mailbox.client()) {
-            (ProviderKind::Rpc | ProviderKind::Pool, Some(client)) => client
-                .alloc(1 << simt::lane_id(), bytes, align)
-                .unwrap_or(0),
+            (ProviderKind::Rpc | ProviderKind::Pool, Some(client)) => {
+                client.alloc_alone(bytes, align).unwrap_or(0)
+            }
             _ => 0,
         }
     }

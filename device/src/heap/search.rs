@@ -275,7 +275,6 @@ impl DeviceHeap {
         };
         let mut offset = 0u32;
         let mut retries = 0u32;
-        let mut backoff = simt::Backoff::new();
         while offset <= limit {
             // The hint, then the slots after it: a class's full slabs
             // before its hint are not walked again, so the cost of finding
@@ -328,8 +327,8 @@ impl DeviceHeap {
                     // Being taken over (by another warp): it will be empty
                     // (claimable) soon.
                     Lock::Busy if retries < MAX_TRIES => {
+                        simt::snooze_after(retries);
                         retries += 1;
-                        backoff.snooze();
                         continue;
                     }
                     Lock::Busy | Lock::Empty => {}

@@ -54,52 +54,63 @@ impl<'a> Client<'a> {
         let leader = simt::leader(lane_mask);
         let mut index = 0;
         if simt::lane_id() == leader {
-            let count = self.port_count.max(1);
-            // Warps spread over the ports by Fibonacci hashing of the
-            // warp's slot: warps running at once land far apart and
-            // evenly, with no division.
-            let warp = simt::warp_slot();
-            let start = reduce(warp.wrapping_mul(0x9e37_79b9), count);
-            let mut backoff = Backoff::new();
-            'search: loop {
-                for i in 0..count {
-                    let at = wrap(start, i, count);
-                    let bit = 1u32 << (at % 32);
-                    let Some(word) = self.locks.get((at / 32) as usize) else {
-                        continue;
-                    };
-                    if word.load(Ordering::Relaxed) & bit == 0 && word.fetch_or(bit) & bit == 0 {
-                        index = at;
-                        break 'search;
-                    }
-                }
-                backoff.snooze();
-            }
-            // ORDERING: acquire (gpu): pairs with the release fence in
-            // `unlock`: the previous holder's use of the port happens-before
-            // ours.
-            fence(Ordering::Acquire, Scope::Gpu);
-            // Wait until the server has taken the previous request.
-            let port = self.port(index);
-            let mut backoff = Backoff::new();
-            // ORDERING: acquire (sys): pairs with the server's release
-            // before it set `server`; the port's payload is ours after this.
-            while port.server.load(Ordering::Acquire) != port.client.load(Ordering::Relaxed) {
-                backoff.snooze();
-            }
+            index = self.lock_alone();
         }
         simt::shfl_u32(lane_mask, index, leader)
+    }
+
+    /// Locks a port (one lane, no collectives) and waits until the server
+    /// has taken the port's previous request; returns the port's index.
+    fn lock_alone(&self) -> u32 {
+        let count = self.port_count.max(1);
+        // Warps spread over the ports by Fibonacci hashing of the
+        // warp's slot: warps running at once land far apart and
+        // evenly, with no division.
+        let warp = simt::warp_slot();
+        let start = reduce(warp.wrapping_mul(0x9e37_79b9), count);
+        let mut backoff = Backoff::new();
+        let index = 'search: loop {
+            for i in 0..count {
+                let at = wrap(start, i, count);
+                let bit = 1u32 << (at % 32);
+                let Some(word) = self.locks.get((at / 32) as usize) else {
+                    continue;
+                };
+                if word.load(Ordering::Relaxed) & bit == 0 && word.fetch_or(bit) & bit == 0 {
+                    break 'search at;
+                }
+            }
+            backoff.snooze();
+        };
+        // ORDERING: acquire (gpu): pairs with the release fence in
+        // `unlock_alone`: the previous holder's use of the port
+        // happens-before ours.
+        fence(Ordering::Acquire, Scope::Gpu);
+        // Wait until the server has taken the previous request.
+        let port = self.port(index);
+        let mut backoff = Backoff::new();
+        // ORDERING: acquire (sys): pairs with the server's release
+        // before it set `server`; the port's payload is ours after this.
+        while port.server.load(Ordering::Acquire) != port.client.load(Ordering::Relaxed) {
+            backoff.snooze();
+        }
+        index
     }
 
     fn unlock(&self, lane_mask: u32, index: u32) {
         simt::syncwarp(lane_mask);
         if simt::is_leader(lane_mask) {
-            // ORDERING: release (gpu): our use of the port happens-before
-            // the next holder's; pairs with the acquire fence in `lock`.
-            fence(Ordering::Release, Scope::Gpu);
-            if let Some(word) = self.locks.get((index / 32) as usize) {
-                word.fetch_and(!(1u32 << (index % 32)));
-            }
+            self.unlock_alone(index);
+        }
+    }
+
+    /// Unlocks port `index` (the lane that locked it).
+    fn unlock_alone(&self, index: u32) {
+        // ORDERING: release (gpu): our use of the port happens-before
+        // the next holder's; pairs with the acquire fence in `lock_alone`.
+        fence(Ordering::Release, Scope::Gpu);
+        if let Some(word) = self.locks.get((index / 32) as usize) {
+            word.fetch_and(!(1u32 << (index % 32)));
         }
     }
 
@@ -116,20 +127,41 @@ impl<'a> Client<'a> {
         simt::syncwarp(lane_mask);
         let mut flip = 0;
         if simt::is_leader(lane_mask) {
-            port.lane_mask.store(lane_mask, Ordering::Relaxed);
-            port.opcode
-                .store(request.opcode() as u32, Ordering::Relaxed);
-            flip = port.client.load(Ordering::Relaxed) ^ 1;
-            if planted(RPC_FLIP_BEFORE_RELEASE) {
-                port.client.store(flip, Ordering::Relaxed);
-            }
-            // ORDERING: release (sys): the request happens-before the
-            // server's read; pairs with the acquire load of `client` in
-            // `server::poll`.
-            fence(Ordering::Release, Scope::System);
-            port.client.store(flip, Ordering::Relaxed);
+            flip = self.hand_over(port, lane_mask, request);
         }
         simt::shfl_u32(lane_mask, flip, simt::leader(lane_mask))
+    }
+
+    /// The leader's part of a send: names the lanes and the opcode and
+    /// flips the client flag, after a release that publishes the lanes'
+    /// arguments (each ordered before it by the caller). Returns the flag.
+    #[inline(always)]
+    fn hand_over(&self, port: &Port, lane_mask: u32, request: &Request) -> u32 {
+        port.lane_mask.store(lane_mask, Ordering::Relaxed);
+        port.opcode
+            .store(request.opcode() as u32, Ordering::Relaxed);
+        let flip = port.client.load(Ordering::Relaxed) ^ 1;
+        if planted(RPC_FLIP_BEFORE_RELEASE) {
+            port.client.store(flip, Ordering::Relaxed);
+        }
+        // ORDERING: release (sys): the request happens-before the
+        // server's read; pairs with the acquire load of `client` in
+        // `server::poll`.
+        fence(Ordering::Release, Scope::System);
+        port.client.store(flip, Ordering::Relaxed);
+        flip
+    }
+
+    /// Waits (one lane) until the server has answered the request that
+    /// flipped the client flag to `flip`.
+    #[inline(always)]
+    fn wait_answer(port: &Port, flip: u32) {
+        let mut backoff = Backoff::with_limits(64, 4096);
+        // ORDERING: acquire (sys): pairs with the server's release before
+        // it answered; the replies are visible after this.
+        while port.server.load(Ordering::Acquire) != flip {
+            backoff.snooze();
+        }
     }
 
     /// Sends each lane's `request` (all of one opcode) and waits for the
@@ -145,12 +177,7 @@ impl<'a> Client<'a> {
         let flip = self.send_on(lane_mask, index, request);
         let port = self.port(index);
         if simt::is_leader(lane_mask) {
-            let mut backoff = Backoff::with_limits(64, 4096);
-            // ORDERING: acquire (sys): pairs with the server's release before
-            // it answered; the replies are visible after this.
-            while port.server.load(Ordering::Acquire) != flip {
-                backoff.snooze();
-            }
+            Self::wait_answer(port, flip);
         }
         simt::syncwarp(lane_mask);
         // ORDERING: acquire (sys): this lane's view of its reply follows the
@@ -185,5 +212,31 @@ impl<'a> Client<'a> {
     #[inline(always)]
     pub fn free(&self, lane_mask: u32, addr: u64, bytes: u64) {
         self.send(lane_mask, &Request::Free { addr, bytes });
+    }
+
+    /// [`Client::call`] for the calling lane alone: the same port protocol
+    /// without collectives (a one-lane mask makes them no-ops, but on sm_7x
+    /// ptxas cannot know it and adds divergent-warp fallbacks that cost the
+    /// caller registers).
+    fn call_alone<R>(
+        &self,
+        request: &Request,
+        read: impl FnOnce(&[SysAtomicU64; LANE_WORDS]) -> R,
+    ) -> R {
+        let index = self.lock_alone();
+        let port = self.port(index);
+        let lane = simt::lane_id();
+        request.write(port.buffer(lane));
+        // (`hand_over`'s release publishes our arguments: one lane.)
+        let flip = self.hand_over(port, 1 << lane, request);
+        Self::wait_answer(port, flip);
+        let reply = read(port.buffer(lane));
+        self.unlock_alone(index);
+        reply
+    }
+
+    /// [`Client::alloc`] for the calling lane alone (no collectives).
+    pub fn alloc_alone(&self, bytes: u64, align: u64) -> Result<u64, Status> {
+        self.call_alone(&Request::Alloc { bytes, align }, Reply::read_alloc)
     }
 }

@@ -300,6 +300,14 @@ impl Backoff {
     }
 }
 
+/// The `tries`-th wait of a backoff from 32 ns doubling up to 1024 ns, for a
+/// loop that counts its tries anyway: no backoff state to keep live.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn snooze_after(tries: u32) {
+    crate::sync::snooze(32 << tries.min(5));
+}
+
 impl Default for Backoff {
     fn default() -> Self {
         Self::new()
