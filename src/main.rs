@@ -193,6 +193,7 @@ fn main() -> ExitCode {
                 large_one_in,
                 seed: schedule.seed as u32,
                 plant_corruption,
+                capped: pool_slabs.is_some() || limit.is_some(),
             };
             let report = stress::stress(&mut heap, &args, !json)?;
             if json {

@@ -110,6 +110,38 @@ fn stress_in_the_simulator_reports_ok() {
     assert!(text.contains("stress: OK"), "{text}");
 }
 
+/// Under a memory cap every kernel passes: nulls are answers, and a
+/// shrinking `realloc` with no memory to move to keeps its block (it once
+/// returned null, which `resize` counted as lost contents). The runs that
+/// found it: a 16 MiB limit with random convergence, and a 16-slab pool.
+#[test]
+fn stress_under_a_memory_cap_passes() {
+    for cap in [
+        [
+            "--limit",
+            "16777216",
+            "--convergence",
+            "random",
+            "--seed",
+            "11",
+        ],
+        ["--pool-slabs", "16", "--large-one-in", "0", "--seed", "3"],
+    ] {
+        let mut args = vec![
+            "--simulator",
+            "stress",
+            "--kernels",
+            "size_sweep,resize",
+            "--blocks",
+            "4",
+        ];
+        args.extend(cap);
+        let (ok, text) = warpalloc(&args);
+        assert!(ok, "{cap:?}: {text}");
+        assert!(text.contains("stress: OK"), "{cap:?}: {text}");
+    }
+}
+
 #[test]
 fn stress_fails_loudly_on_a_planted_corruption() {
     let (ok, text) = warpalloc(&[

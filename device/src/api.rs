@@ -15,6 +15,7 @@
 //! | `calloc(n, size)` with `n · size` overflowing | null |
 //! | `realloc(null, n)` | `malloc(n)` |
 //! | `realloc(p, 0)` | frees `p`, returns null |
+//! | `realloc(p, n)`, `n` at most `usable_size(p)`, no memory for a smaller block | `p` (it stays in place; a shrink never returns null) |
 //! | `realloc` of a pointer that is not a live allocation (never handed out, or freed) | null; counted as an invalid free; nothing freed |
 //! | `usable_size` of a pointer that is not a live allocation (a freed block included) | 0 |
 //!
@@ -85,7 +86,9 @@ pub unsafe fn free(ptr: *mut u8) {
 
 /// Resizes the allocation at `ptr` to `size` bytes, in place when it fits,
 /// else by moving it (the contents up to the smaller size are kept); null on
-/// failure, leaving `ptr` allocated.
+/// failure, leaving `ptr` allocated. A shrink to less than half the block
+/// moves to a smaller block when there is memory for one, and otherwise
+/// stays in place: it never fails.
 ///
 /// # Safety
 /// `ptr` is null or an allocation of this heap that no one accesses during
@@ -112,7 +115,9 @@ pub unsafe fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
     }
     let moved = malloc(size);
     if moved.is_null() {
-        return moved;
+        // A shrink that found no memory to move to keeps the block where it
+        // is (the smaller size fits): a shrinking `realloc` never fails.
+        return if size64 <= usable { ptr } else { moved };
     }
     // SAFETY: both are live allocations of at least the copied length, and
     // distinct (`moved` is fresh).
