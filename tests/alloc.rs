@@ -577,6 +577,24 @@ fn nulls(ptrs: &[u64]) -> usize {
     ptrs.iter().filter(|&&p| p == 0).count()
 }
 
+/// One warp each of 16 B, 64 B, 256 B and 1 KiB on a heap whose region
+/// holds four slabs: four classes fill the four slabs. Returns the warps'
+/// blocks.
+fn fill_four_slabs(heap: &mut Heap) -> Vec<Vec<u64>> {
+    [16, 64, 256, 1024]
+        .into_iter()
+        .map(|size| {
+            let (_, got) = malloc_warp(heap, size);
+            assert_eq!(
+                nulls(&got),
+                0,
+                "{size} B: the region has room for this slab"
+            );
+            got
+        })
+        .collect()
+}
+
 /// A malloc that returns null because the heap is full costs about what a
 /// successful one does, whatever the slot count: once the provider refused a
 /// slab, the search asks the host no more, claims no empty slot and looks at
@@ -586,17 +604,7 @@ fn nulls(ptrs: &[u64]) -> usize {
 #[test]
 fn an_out_of_memory_malloc_costs_about_what_a_successful_one_does() {
     let mut heap = heap(4 * SLAB_SIZE, 32_768);
-    // Four classes fill the four slabs.
-    let mut kept = Vec::new();
-    for size in [16, 64, 256, 1024] {
-        let (_, got) = malloc_warp(&mut heap, size);
-        assert_eq!(
-            nulls(&got),
-            0,
-            "{size} B: the region has room for this slab"
-        );
-        kept.push(got);
-    }
+    let mut kept = fill_four_slabs(&mut heap);
     let (counts, got) = malloc_warp_counts(&mut heap, 16);
     let success = counts.steps;
     assert_eq!(nulls(&got), 0, "the 16 B slab has room");
@@ -649,18 +657,13 @@ fn an_out_of_memory_malloc_costs_about_what_a_successful_one_does() {
 #[test]
 fn a_warp_of_mixed_classes_on_an_exhausted_heap_finds_each_class_its_room() {
     let mut heap = heap(4 * SLAB_SIZE, 32_768);
-    let mut kept = Vec::new();
-    for size in [16, 64, 256, 1024] {
-        let (_, got) = malloc_warp(&mut heap, size);
-        assert_eq!(nulls(&got), 0, "{size} B: the region has room");
-        kept.push(got);
-    }
+    let mut kept = fill_four_slabs(&mut heap);
     // A fifth class: the host refuses its slab; the heap is exhausted.
     let (_, got) = malloc_warp(&mut heap, 4096);
     assert_eq!(nulls(&got), 32);
     let rpc_before = heap.stats().expect("stats").rpc.allocs;
-    // Lanes 0..8: 16 B, 8..16: 1 KiB, 16..24: 4 KiB (no slab), 24..32:
-    // 64 B; interleaved so that no class is a contiguous run of lanes.
+    // Lane i asks for 16 B, 1 KiB, 4 KiB (no slab) or 64 B by i % 4:
+    // interleaved, so that no class is a contiguous run of lanes.
     let size_of = |lane: usize| [16u32, 1024, 4096, 64][lane % 4];
     let sizes: Vec<u32> = (0..32).map(size_of).collect();
     let sizes_buf = heap

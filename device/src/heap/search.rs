@@ -254,11 +254,12 @@ impl DeviceHeap {
     /// The scan of one lane (a group's leader) for `n` blocks of class
     /// `class`, from the class's hint (offset 0) on (offset `o`: the `o`-th
     /// slot after it), to the table's end or, while the heap is exhausted,
-    /// the window's. Returns (slab, base << FIT_BITS | fit, FOUND): `fit`
-    /// references taken for the group's first lanes on top of `base`, the
-    /// spare ones given back; (0, slot, CLAIMED); (0, 0, RETRY); or
-    /// (0, 0, NOTHING). No collectives: the leaders of other classes' groups
-    /// scan at the same time.
+    /// the window's. Returns the slab (0 but for FOUND) and a word with the
+    /// outcome above `OUTCOME_SHIFT`: FOUND with `base << FIT_BITS | fit`
+    /// (`fit` references taken for the group's first lanes on top of
+    /// `base`, the spare ones given back), CLAIMED with the slot, RETRY or
+    /// NOTHING. No collectives: the leaders of other classes' groups scan
+    /// at the same time.
     fn scan_alone(&self, class: usize, n: u32) -> (u64, u32) {
         let geo = geometry(class);
         let slot_count = self.slot_count();

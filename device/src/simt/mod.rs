@@ -281,9 +281,9 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    /// Backoff from 32 ns up to 1024 ns.
+    /// Backoff from [`BACKOFF_MIN`] up to [`BACKOFF_MAX`] nanoseconds.
     pub const fn new() -> Self {
-        Self::with_limits(32, 1024)
+        Self::with_limits(BACKOFF_MIN, BACKOFF_MAX)
     }
 
     /// Backoff from `min` up to `max` nanoseconds.
@@ -300,12 +300,20 @@ impl Backoff {
     }
 }
 
-/// The `tries`-th wait of a backoff from 32 ns doubling up to 1024 ns, for a
-/// loop that counts its tries anyway: no backoff state to keep live.
+/// The first wait of [`Backoff::new`], in nanoseconds.
+pub const BACKOFF_MIN: u32 = 32;
+/// The longest wait of [`Backoff::new`], in nanoseconds.
+pub const BACKOFF_MAX: u32 = 1024;
+const _: () = assert!(BACKOFF_MAX.is_power_of_two() && BACKOFF_MIN.is_power_of_two());
+
+/// The `tries`-th wait of [`Backoff::new`] (from [`BACKOFF_MIN`] doubling up
+/// to [`BACKOFF_MAX`]), for a loop that counts its tries anyway: no backoff
+/// state to keep live.
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub fn snooze_after(tries: u32) {
-    crate::sync::snooze(32 << tries.min(5));
+    const DOUBLINGS: u32 = (BACKOFF_MAX / BACKOFF_MIN).trailing_zeros();
+    crate::sync::snooze(BACKOFF_MIN << tries.min(DOUBLINGS));
 }
 
 impl Default for Backoff {

@@ -16,15 +16,13 @@ pub(super) fn lane_id() -> u32 {
     sim::lane_id()
 }
 
+/// The warp's index in the grid.
 #[inline]
 pub(super) fn warp_slot() -> u32 {
-    let block = dim(sim::block_dim());
-    let warps_per_block = (block.volume() as u32).div_ceil(super::WARP_SIZE);
-    let thread = block.linear(dim(sim::thread_idx())) as u32;
-    let block_index = dim(sim::grid_dim()).linear(dim(sim::block_idx())) as u32;
-    block_index
+    let warps_per_block = (super::block_dim().volume() as u32).div_ceil(super::WARP_SIZE);
+    (super::block_linear() as u32)
         .wrapping_mul(warps_per_block)
-        .wrapping_add(thread / super::WARP_SIZE)
+        .wrapping_add(super::warp_id())
 }
 
 #[inline]
