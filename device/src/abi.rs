@@ -127,7 +127,8 @@ pub struct ConfigValues {
     pub port_count: u32,
     /// Start of the heap's region.
     pub region_base: u64,
-    /// Bytes of the region (≤ MAX_REGION).
+    /// Bytes of the region (≤ MAX_REGION, and ending below
+    /// `guard::SLOT_ADDR_LIMIT`).
     pub region_len: u64,
     /// Device address of the RPC mailbox's first port.
     pub mailbox: u64,
@@ -136,7 +137,9 @@ pub struct ConfigValues {
 impl ConfigValues {
     /// The values with every field in range: slots 1..=MAX_SLOTS (0 stays 0,
     /// an unbound heap), ports ≤ MAX_PORTS, region ≤
-    /// MAX_REGION, an unknown provider as `Unbound`.
+    /// MAX_REGION and ending below `guard::SLOT_ADDR_LIMIT` (a slot names
+    /// its slab in 32 bits; no GPU address comes near it), an unknown
+    /// provider as `Unbound`.
     pub fn clamped(self) -> ConfigValues {
         use crate::heap::{MAX_REGION, MAX_SLOTS};
         ConfigValues {
@@ -147,7 +150,10 @@ impl ConfigValues {
             },
             provider: ProviderKind::from_raw(self.provider) as u32,
             port_count: self.port_count.min(crate::rpc::wire::MAX_PORTS as u32),
-            region_len: self.region_len.min(MAX_REGION),
+            region_len: self
+                .region_len
+                .min(MAX_REGION)
+                .min(crate::guard::SLOT_ADDR_LIMIT.saturating_sub(self.region_base)),
             ..self
         }
     }
@@ -427,8 +433,25 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use super::Errors;
+    use super::{ConfigValues, Errors};
+    use crate::guard::SLOT_ADDR_LIMIT;
     use std::format;
+
+    #[test]
+    fn a_region_ends_where_slot_words_can_name_its_slabs() {
+        let region = |base, len| ConfigValues {
+            region_base: base,
+            region_len: len,
+            ..ConfigValues::default()
+        };
+        // A GPU-like address: unchanged.
+        let gpu = region(0x7f00_0000_0000, 1 << 30).clamped();
+        assert_eq!(gpu.region_len, 1 << 30);
+        // Running past the limit: cut at it; starting beyond it: empty.
+        let past = region(SLOT_ADDR_LIMIT - (4 << 21), 16 << 21).clamped();
+        assert_eq!(past.region_base + past.region_len, SLOT_ADDR_LIMIT);
+        assert_eq!(region(SLOT_ADDR_LIMIT, 1 << 30).clamped().region_len, 0);
+    }
 
     #[test]
     fn error_records_print_addresses_in_hex() {

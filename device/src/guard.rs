@@ -2,21 +2,35 @@
 //!
 //! Each slot of the slot table holds one guard. A slot is empty (`ptr == 0`),
 //! being created (`ptr == SENTINEL`, owned by the lane that claimed it), or
-//! published (`ptr` = a slab's address). The reference count says how many
-//! reservations (allocations in flight or live, plus transient locks) the slab
-//! has; a flag bit says that the count is live (a published slab's, or one
-//! being published: `publish` makes it live just before the pointer shows).
-//! Every other counter is dead — a slot never used (all zero, as device
-//! memory starts), empty, claimed, or its slab being taken over — so that
-//! the only zero *live* count is a published slab's that its holders
-//! released:
+//! published (`ptr` = a slab's address in `SLAB_SIZE` units: slabs are
+//! aligned to their size, and the heap's region ends below
+//! `SLOT_ADDR_LIMIT`, so 32 bits name every slab). The reference count says
+//! how many reservations (allocations in flight or live, plus transient
+//! locks) the slab has; a flag bit says that the count is live (a published
+//! slab's, or one being published: `publish` makes it live just before the
+//! pointer shows). Every other counter is dead — a slot never used (all
+//! zero, as device memory starts), empty, claimed, or its slab being taken
+//! over — so that the only zero *live* count is a published slab's that its
+//! holders released. Both words are 32-bit: the search's atomics and
+//! compare-and-swaps take one register per operand, not two.
 //!
 //! ```text
-//!   refs:  63      62 .................................................. 0
-//!        ┌───────┬───────────────────────────────────────────────────────┐
-//!        │ LIVE  │ count                                                 │
-//!        └───────┴───────────────────────────────────────────────────────┘
+//!   ptr:   31 ............................................................ 0
+//!        ┌─────────────────────────────────────────────────────────────────┐
+//!        │ 0 (empty) | SENTINEL (being created) | slab >> SLAB_SHIFT       │
+//!        └─────────────────────────────────────────────────────────────────┘
+//!   refs:  31      30 ..................................................... 0
+//!        ┌───────┬─────────────────────────────────────────────────────────┐
+//!        │ LIVE  │ count                                                   │
+//!        └───────┴─────────────────────────────────────────────────────────┘
 //! ```
+//!
+//! A live count is at most a slab's blocks (2^17) plus the lanes in flight
+//! (an H200 holds 270 336 threads at once): far below 2^31. A dead count's
+//! garbage is overwritten by the next `publish`; each failed acquire adds at
+//! most 32 (one group's lock) and needs a locker that read the slab's word
+//! in the short window between a takeover's CAS and its store to `ptr`, so
+//! reading as LIVE would take 67 million lock attempts in one such window.
 //!
 //! * `acquire(n)`: `fetch_add(n)`; it succeeded iff LIVE was set (a failed
 //!   one leaves garbage in a dead counter, which `publish` overwrites).
@@ -49,18 +63,19 @@
 //!   slab outlives its release.
 
 use crate::simt::Scope;
-use crate::sync::{AtomicU64, Ordering, fence};
+use crate::size_class::SLAB_SHIFT;
+use crate::sync::{AtomicU32, Ordering, fence};
 
 /// The counter is live (a published slab's): acquires succeed. Without
 /// it, the counter is dead and acquires fail.
-pub const LIVE: u64 = 1 << 63;
+pub const LIVE: u32 = 1 << 31;
 /// `ptr` of a slot being created.
-pub const SENTINEL: u64 = u64::MAX;
+pub const SENTINEL: u32 = u32::MAX;
 /// How many times a slab search retries a busy slot (its slab being taken
 /// over) before moving on.
 pub const MAX_TRIES: u32 = 16;
 
-const _: () = assert!(LIVE.count_ones() == 1 && LIVE >> 63 == 1);
+const _: () = assert!(LIVE.count_ones() == 1 && LIVE >> 31 == 1);
 
 /// Bugs a loom model can plant in this protocol, to show that the model
 /// catches them (`tests/loom.rs`). Loom builds only.
@@ -132,11 +147,28 @@ pub(crate) fn planted(bug: u32) -> bool {
     }
 }
 
+/// The slot word of a slab: its address in slab units (slabs are
+/// `SLAB_SIZE`-aligned, and the heap's region ends below
+/// [`SLOT_ADDR_LIMIT`], so it is neither 0 nor `SENTINEL`).
+#[inline(always)]
+fn word_of(slab: u64) -> u32 {
+    (slab >> SLAB_SHIFT) as u32
+}
+
+/// The slab a slot word names.
+#[inline(always)]
+fn slab_of(word: u32) -> u64 {
+    u64::from(word) << SLAB_SHIFT
+}
+
+/// Slabs lie below this address, so that a slot word names every one.
+pub const SLOT_ADDR_LIMIT: u64 = (SENTINEL as u64) << SLAB_SHIFT;
+
 /// The reference count of a slot.
 #[repr(transparent)]
 #[derive(Debug)]
 pub struct RefCount {
-    counter: AtomicU64,
+    counter: AtomicU32,
 }
 
 impl RefCount {
@@ -144,7 +176,7 @@ impl RefCount {
     #[cfg(not(loom))]
     pub const fn new() -> Self {
         RefCount {
-            counter: AtomicU64::new(0),
+            counter: AtomicU32::new(0),
         }
     }
 
@@ -152,14 +184,14 @@ impl RefCount {
     #[cfg(loom)]
     pub fn new() -> Self {
         RefCount {
-            counter: AtomicU64::new(0),
+            counter: AtomicU32::new(0),
         }
     }
 
     /// Takes `n` references; the count after, or `None` if the counter is
     /// dead (the references are not held).
     #[inline(always)]
-    pub fn acquire(&self, n: u64) -> Option<u64> {
+    pub fn acquire(&self, n: u32) -> Option<u32> {
         let value = self.counter.fetch_add(n).wrapping_add(n);
         (value & LIVE != 0).then_some(value & !LIVE)
     }
@@ -170,7 +202,7 @@ impl RefCount {
     ///
     /// [`acquire`]: RefCount::acquire
     #[inline(always)]
-    pub fn release(&self, n: u64) -> u64 {
+    pub fn release(&self, n: u32) -> u32 {
         self.counter.fetch_sub(n).wrapping_sub(n) & !LIVE
     }
 
@@ -186,7 +218,7 @@ impl RefCount {
 
     /// The count, or 0 for a dead counter. One load.
     #[inline(always)]
-    pub fn read(&self) -> u64 {
+    pub fn read(&self) -> u32 {
         let value = self.counter.load(Ordering::Relaxed);
         if value & LIVE != 0 { value & !LIVE } else { 0 }
     }
@@ -196,7 +228,7 @@ impl RefCount {
     /// stale locker's failing `fetch_add` on the dead counter must not be
     /// lost or overwrite ours, and every acquire that succeeds afterwards
     /// counts on top of `n`.
-    fn establish(&self, n: u64) {
+    fn establish(&self, n: u32) {
         let mut seen = self.counter.load(Ordering::Relaxed);
         while let Err(now) = self.counter.compare_exchange(seen, LIVE | n) {
             seen = now;
@@ -204,7 +236,7 @@ impl RefCount {
     }
 
     /// The raw counter (for reports and checks).
-    pub fn raw(&self) -> u64 {
+    pub fn raw(&self) -> u32 {
         self.counter.load(Ordering::Relaxed)
     }
 }
@@ -213,14 +245,6 @@ impl Default for RefCount {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// A count as the slab search uses it: 32 bits (a slab has at most
-/// 131 072 blocks, and lanes in flight are far fewer than 2^31), so that
-/// the search's arithmetic stays in single registers.
-#[inline(always)]
-fn narrow(count: u64) -> u32 {
-    count.min(u64::from(u32::MAX)) as u32
 }
 
 /// What a lock attempt found.
@@ -249,12 +273,12 @@ pub enum Lock {
     Empty,
 }
 
-/// One slot of the slot table (`repr(C)`: `ptr`, then the count; a host
-/// reads slot tables by this layout).
+/// One slot of the slot table (`repr(C)`: `ptr`, then the count, 32 bits
+/// each; a host reads slot tables by this layout).
 #[repr(C)]
 #[derive(Debug)]
 pub struct Guard {
-    ptr: AtomicU64,
+    ptr: AtomicU32,
     refs: RefCount,
 }
 
@@ -263,7 +287,7 @@ impl Guard {
     #[cfg(not(loom))]
     pub const fn new() -> Self {
         Guard {
-            ptr: AtomicU64::new(0),
+            ptr: AtomicU32::new(0),
             refs: RefCount::new(),
         }
     }
@@ -272,7 +296,7 @@ impl Guard {
     #[cfg(loom)]
     pub fn new() -> Self {
         Guard {
-            ptr: AtomicU64::new(0),
+            ptr: AtomicU32::new(0),
             refs: RefCount::new(),
         }
     }
@@ -280,7 +304,6 @@ impl Guard {
     /// Tries to take `n` references to the slot's slab, claiming the slot
     /// when it is empty and `may_claim`. One lane calls it for its group.
     pub fn lock(&self, n: u32, may_claim: bool) -> Lock {
-        let n = u64::from(n);
         let mut seen = self.ptr.load(Ordering::Relaxed);
         if seen == 0 {
             if !may_claim {
@@ -313,21 +336,21 @@ impl Guard {
         fence(Ordering::Acquire, Scope::Gpu);
         // Re-read: the slab may have been replaced between the first load and
         // the acquire; the reference now protects the current one.
-        let slab = self.ptr.load(Ordering::Relaxed);
-        if slab == 0 || slab == SENTINEL {
+        let word = self.ptr.load(Ordering::Relaxed);
+        if word == 0 || word == SENTINEL {
             // We read a dead slab's address, and our acquire landed on the
             // count a publisher made live before storing its new address: give
             // ours back and retry. If ours was the last reference (the
             // publishers stored the address, allocated and freed meanwhile),
             // the new slab is empty now, and the caller must mark it.
-            if narrow(self.refs.release(n)) == 0 {
+            if self.refs.release(n) == 0 {
                 return Lock::Emptied;
             }
             return Lock::Creating;
         }
         Lock::Acquired {
-            slab,
-            count: narrow(count),
+            slab: slab_of(word),
+            count,
         }
     }
 
@@ -340,7 +363,7 @@ impl Guard {
     /// this one keeps "published ⇒ live" true at every instant.)
     pub fn publish(&self, slab: u64, n: u32) -> u32 {
         if planted(PUBLISH_COUNT_BEFORE_RELEASE) {
-            self.refs.establish(u64::from(n));
+            self.refs.establish(n);
         }
         // ORDERING: release (gpu), before both writes: the slab's header
         // and zeroed bitfield (the group's stores, ordered before this by
@@ -352,9 +375,9 @@ impl Guard {
             fence(Ordering::Release, Scope::Gpu);
         }
         if !planted(PUBLISH_COUNT_BEFORE_RELEASE) {
-            self.refs.establish(u64::from(n));
+            self.refs.establish(n);
         }
-        self.ptr.store(slab, Ordering::Relaxed);
+        self.ptr.store(word_of(slab), Ordering::Relaxed);
         n
     }
 
@@ -371,7 +394,7 @@ impl Guard {
         // bitfield) happen-before a later `reclaim` of it; pairs with the
         // acquire fence there.
         fence(Ordering::Release, Scope::Gpu);
-        narrow(self.refs.release(u64::from(n)))
+        self.refs.release(n)
     }
 
     /// Takes the slot's slab over when no one holds it (an empty slab):
@@ -395,7 +418,7 @@ impl Guard {
         // the pointer's store before us).
         match self.ptr.load(Ordering::Relaxed) {
             0 | SENTINEL => None,
-            slab => Some(slab),
+            word => Some(slab_of(word)),
         }
     }
 
@@ -422,24 +445,24 @@ impl Guard {
     /// taken over. One load.
     #[inline(always)]
     pub fn use_count(&self) -> u32 {
-        narrow(self.refs.read())
+        self.refs.read()
     }
 
     /// The published slab, if any (no reference taken: for checks only).
     pub fn peek(&self) -> Option<u64> {
         match self.ptr.load(Ordering::Relaxed) {
             0 | SENTINEL => None,
-            slab => Some(slab),
+            word => Some(slab_of(word)),
         }
     }
 
     /// The raw pointer word (for checks): 0, `SENTINEL` or a slab.
-    pub fn raw_ptr(&self) -> u64 {
+    pub fn raw_ptr(&self) -> u32 {
         self.ptr.load(Ordering::Relaxed)
     }
 
     /// The raw reference counter (for checks).
-    pub fn raw_count(&self) -> u64 {
+    pub fn raw_count(&self) -> u32 {
         self.refs.raw()
     }
 }

@@ -26,6 +26,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 const READY: u64 = 7;
 const POISON: u64 = 0xdead;
+/// The address the model's slot publishes: slab-aligned, as every slab is.
+const MODEL_SLAB: u64 = 7 << warpalloc_device::size_class::SLAB_SHIFT;
 
 struct SlabModel {
     payload: UnsafeCell<u64>,
@@ -69,8 +71,11 @@ impl World {
         }
     }
 
+    /// The slab's address as the slot publishes it (a slot names slabs in
+    /// `SLAB_SIZE` units, so a model slab has an aligned stand-in address;
+    /// its memory is `self.slab`).
     fn addr(&self) -> u64 {
-        &self.slab as *const SlabModel as u64
+        MODEL_SLAB
     }
 
     /// What a holder does with the slab it holds.

@@ -135,7 +135,7 @@ impl DeviceHeap {
                 phantom |= w & !valid != 0;
             })?;
             let refs = self.slot(index).raw_count();
-            if refs & LIVE == 0 || refs & !LIVE < set {
+            if refs & LIVE == 0 || u64::from(refs & !LIVE) < set {
                 return Err("a slab's reference count is below its set bits");
             }
             if refs & !LIVE == 0 && !self.empties.is_marked(index) {

@@ -129,7 +129,7 @@ pub const LAYOUT: Layout = Layout {
     slab_size: SLAB_SIZE,
 };
 
-const _: () = assert!(core::mem::size_of::<Guard>() == 16);
+const _: () = assert!(core::mem::size_of::<Guard>() == 8);
 const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 4 * 8);
 const _: () = assert!(core::mem::size_of::<Counters>() == 6 * 8);
 const _: () = assert!(core::mem::size_of::<DeviceHeap>() < (1 << 20));
@@ -323,6 +323,16 @@ impl DeviceHeap {
         }
     }
 
+    /// [`DeviceHeap::system_deallocate`] by a lane alone (a group's leader):
+    /// no collectives, which on sm_7x cost the caller registers.
+    fn system_deallocate_alone(&self, addr: u64, bytes: u64) {
+        if let (ProviderKind::Rpc | ProviderKind::Pool, Some(client)) =
+            (self.provider(), self.mailbox.client())
+        {
+            client.free_alone(addr, bytes);
+        }
+    }
+
     /// Puts the mapped, zeroed slab at `slab` in the pool (host side, pool
     /// mode, before launches). `false` if it is not a slab of the region.
     pub fn pool_push(&self, slab: u64) -> bool {
@@ -387,7 +397,7 @@ impl DeviceHeap {
         }
         let Some(granule) = self.granule_of(addr) else {
             // Outside the region the heap cannot vouch for it on free.
-            self.system_deallocate(addr, bytes);
+            self.system_deallocate_alone(addr, bytes);
             return 0;
         };
         self.granules.set(

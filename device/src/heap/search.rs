@@ -66,7 +66,7 @@ use crate::granule::Granule;
 use crate::guard::{Lock, MAX_TRIES};
 use crate::index::{reduce, wrap};
 use crate::simt;
-use crate::size_class::{SLAB_SIZE, geometry};
+use crate::size_class::{SLAB_SHIFT, SLAB_SIZE, geometry};
 use crate::slab::Slab;
 use crate::sync::Ordering;
 
@@ -82,6 +82,13 @@ const WORD_MASK: u32 = (1 << OUTCOME_SHIFT) - 1;
 const _: () = assert!(RETRY < 1 << (32 - OUTCOME_SHIFT));
 const _: () = assert!(super::MAX_SLOTS as u64 <= WORD_MASK as u64);
 const _: () = assert!((crate::size_class::SLAB_SIZE >> 4) << FIT_BITS <= WORD_MASK as u64);
+
+/// `create_alone`'s packed result: a slab's clean bitfield words (≤ 4 096)
+/// below its slot index, both below the slab's alignment.
+const CLEAN_BITS: u32 = 13;
+const CLEAN_MASK: u32 = (1 << CLEAN_BITS) - 1;
+const _: () = assert!(SLAB_SIZE >> 4 >> 5 <= CLEAN_MASK as u64);
+const _: () = assert!(((super::MAX_SLOTS as u64) << CLEAN_BITS) <= 1 << 32);
 
 /// Outcome of a scan or a creation: nothing found (null).
 const NOTHING: u32 = 0;
@@ -353,33 +360,46 @@ impl DeviceHeap {
     /// NOTHING when no empty slab could be had.
     fn create(&self, group: u32, index: u32, class: usize, adopt: bool) -> (Found, u32) {
         let leader = simt::leader(group);
-        let (mut index, mut slab, mut clean_words) = (index, 0u64, 0u32);
+        let mut got = 0u64;
         if simt::lane_id() == leader {
-            if adopt {
-                if let Some((from, s, clean)) = self.take_over_empty(false) {
-                    (index, slab, clean_words) = (from, s, clean);
-                }
-            } else {
-                let generation = self.memory_generation();
-                match self.obtain_slab() {
-                    Some((s, clean)) => (slab, clean_words) = (s, clean),
-                    None => {
-                        self.slot(index).abandon();
-                        // The provider refused: remember it until memory
-                        // comes back (stale at once if it came back while we
-                        // asked).
-                        self.refused(generation);
-                    }
-                }
-            }
+            got = self.create_alone(index, adopt);
         }
-        let slab = simt::shfl_u64(group, slab, leader);
+        let got = simt::shfl_u64(group, got, leader);
+        let slab = (got >> 32) << SLAB_SHIFT;
         if slab == 0 {
             return (Found::NONE, if adopt { NOTHING } else { NO_MEMORY });
         }
-        let index = simt::shfl_u32(group, index, leader);
-        let clean_words = simt::shfl_u32(group, clean_words, leader);
+        let index = (got as u32) >> CLEAN_BITS;
+        let clean_words = got as u32 & CLEAN_MASK;
         self.build(group, index, class, slab, clean_words)
+    }
+
+    /// The leader's part of [`DeviceHeap::create`], out of line: the slab,
+    /// in slab units in the high word, the slot it is to go in and the
+    /// bitfield words known to be zero in the low (`index << CLEAN_BITS |
+    /// clean_words`); or 0.
+    #[inline(always)]
+    fn create_alone(&self, index: u32, adopt: bool) -> u64 {
+        let pack = |slot: u32, slab: u64, clean: u32| {
+            (slab >> SLAB_SHIFT) << 32 | u64::from(slot << CLEAN_BITS | clean)
+        };
+        if adopt {
+            return match self.take_over_empty(false) {
+                Some((from, slab, clean)) => pack(from, slab, clean),
+                None => 0,
+            };
+        }
+        let generation = self.memory_generation();
+        match self.obtain_slab() {
+            Some((slab, clean)) => pack(index, slab, clean),
+            None => {
+                self.slot(index).abandon();
+                // The provider refused: remember it until memory comes
+                // back (stale at once if it came back while we asked).
+                self.refused(generation);
+                0
+            }
+        }
     }
 
     /// The lanes of `group` (all calling) own slot `index` (claimed, or
@@ -456,7 +476,7 @@ impl DeviceHeap {
             return None;
         }
         if self.granule_of(slab).is_none() {
-            self.system_deallocate(slab, SLAB_SIZE);
+            self.system_deallocate_alone(slab, SLAB_SIZE);
             return None;
         }
         self.counters.slabs_from_provider.fetch_add(1);

@@ -65,22 +65,24 @@ impl<'a> Client<'a> {
         let count = self.port_count.max(1);
         // Warps spread over the ports by Fibonacci hashing of the
         // warp's slot: warps running at once land far apart and
-        // evenly, with no division.
+        // evenly, with no division. A lane goes round the ports from
+        // there, and pauses each time it passes port 0, longer each round.
         let warp = simt::warp_slot();
-        let start = reduce(warp.wrapping_mul(0x9e37_79b9), count);
-        let mut backoff = Backoff::new();
-        let index = 'search: loop {
-            for i in 0..count {
-                let at = wrap(start, i, count);
-                let bit = 1u32 << (at % 32);
-                let Some(word) = self.locks.get((at / 32) as usize) else {
-                    continue;
-                };
-                if word.load(Ordering::Relaxed) & bit == 0 && word.fetch_or(bit) & bit == 0 {
-                    break 'search at;
-                }
+        let mut at = reduce(warp.wrapping_mul(0x9e37_79b9), count);
+        let mut rounds = 0u32;
+        let index = loop {
+            let bit = 1u32 << (at % 32);
+            if let Some(word) = self.locks.get((at / 32) as usize)
+                && word.load(Ordering::Relaxed) & bit == 0
+                && word.fetch_or(bit) & bit == 0
+            {
+                break at;
             }
-            backoff.snooze();
+            at = wrap(at, 1, count);
+            if at == 0 {
+                simt::snooze_after(rounds);
+                rounds = rounds.saturating_add(1);
+            }
         };
         // ORDERING: acquire (gpu): pairs with the release fence in
         // `unlock_alone`: the previous holder's use of the port
@@ -238,5 +240,16 @@ impl<'a> Client<'a> {
     /// [`Client::alloc`] for the calling lane alone (no collectives).
     pub fn alloc_alone(&self, bytes: u64, align: u64) -> Result<u64, Status> {
         self.call_alone(&Request::Alloc { bytes, align }, Reply::read_alloc)
+    }
+
+    /// [`Client::free`] for the calling lane alone (no collectives).
+    pub fn free_alone(&self, addr: u64, bytes: u64) {
+        let index = self.lock_alone();
+        let port = self.port(index);
+        let lane = simt::lane_id();
+        Request::Free { addr, bytes }.write(port.buffer(lane));
+        // (`hand_over`'s release publishes our arguments: one lane.)
+        self.hand_over(port, 1 << lane, &Request::Free { addr, bytes });
+        self.unlock_alone(index);
     }
 }
