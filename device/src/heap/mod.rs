@@ -138,7 +138,7 @@ const _: () = assert!(core::mem::size_of::<DeviceHeap>() < (1 << 20));
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
     Null,
-    Slab { base: u64, slot: u32 },
+    Slab { granule: u32, slot: u32 },
     Large { granule: u32, granules: u32 },
     DoubleFree,
     Invalid,
@@ -427,10 +427,7 @@ impl DeviceHeap {
         match self.granules.get(granule) {
             // Ours once, freed since: a stale pointer.
             Granule::Freed => Target::DoubleFree,
-            Granule::Slab { slot } if !aligned => Target::Slab {
-                base: Slab::containing(addr).0,
-                slot,
-            },
+            Granule::Slab { slot } if !aligned => Target::Slab { granule, slot },
             Granule::Large { granules } if aligned => Target::Large { granule, granules },
             // Never ours, a slab's header, or inside a large block.
             _ => Target::Invalid,
@@ -450,7 +447,7 @@ impl DeviceHeap {
             Target::Invalid => self.errors.record(&self.errors.invalid_frees, addr),
             Target::DoubleFree => self.errors.record(&self.errors.double_frees, addr),
             Target::Large { granule, granules } => self.free_large(granule, granules, addr),
-            Target::Slab { base, slot } => self.free_small(slab_lanes, base, slot, addr),
+            Target::Slab { granule, slot } => self.free_small(slab_lanes, granule, slot, addr),
         }
     }
 
@@ -461,8 +458,10 @@ impl DeviceHeap {
             .record(&self.errors.invalid_frees, ptr.expose_provenance() as u64);
     }
 
-    #[cold]
-    #[inline(never)]
+    /// Gives a large block back (one lane). Inlined into `deallocate`,
+    /// which is itself out of line: a call made from a called function
+    /// stacks both functions' registers on the kernel's count.
+    #[inline(always)]
     fn free_large(&self, granule: u32, granules: u32, addr: u64) {
         // Exactly one free of a block wins the entry; a racing or later one
         // sees Freed.
@@ -477,8 +476,10 @@ impl DeviceHeap {
     }
 
     /// Frees blocks of slabs for the lanes of `lane_mask`.
-    fn free_small(&self, lane_mask: u32, base: u64, slot: u32, addr: u64) {
-        let uniform = simt::match_any_u64(lane_mask, base);
+    fn free_small(&self, lane_mask: u32, granule: u32, slot: u32, addr: u64) {
+        // One group per slab: its granule names it (32 bits to match).
+        let uniform = simt::match_any_u32(lane_mask, granule);
+        let base = Slab::containing(addr).0;
         let leader = simt::leader(uniform);
         let n = uniform.count_ones();
         let slot_ok = (slot as usize) < MAX_SLOTS;
@@ -546,7 +547,8 @@ impl DeviceHeap {
     pub fn usable_size(&self, ptr: *const u8) -> u64 {
         let addr = ptr.expose_provenance() as u64;
         match self.target(addr) {
-            Target::Slab { base, .. } => {
+            Target::Slab { .. } => {
+                let base = Slab::containing(addr).0;
                 // SAFETY: the caller owns the allocation at `ptr`, so the slab
                 // is live.
                 let Some(geo) = (unsafe { Slab(base).geometry() }) else {
