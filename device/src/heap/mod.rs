@@ -8,7 +8,7 @@
 //!   ├── counters    slabs from the provider, reclaimed, given back; large
 //!   ├── mailbox     where the host's RPC ports are, and their lock bits
 //!   ├── pool        slabs mapped before launch (pool mode), a lock-free stack
-//!   ├── slots[]     32 768 guards → slabs (64 GiB of 2 MiB slabs)
+//!   ├── slots[]     32 768 guards (8 B: slab word, count) → slabs (64 GiB)
 //!   ├── hints[]     per size class: the slot that served it last
 //!   ├── granules[]  per 2 MiB granule of the region: Unused | Slab(slot) |
 //!   │               Large(granules) | Freed — what `free` may touch
@@ -517,23 +517,25 @@ impl DeviceHeap {
             self.errors.record(counter, addr);
         }
         let blocks_freed = simt::ballot(uniform, freed).count_ones();
-        let after = if simt::lane_id() == leader {
-            self.release_slot(slot, n + blocks_freed)
-        } else {
-            0
-        };
-        // A free into a full slab gives it room: point the class's hint at
-        // it, so that the class's next malloc (and an exhausted heap's
-        // bounded search) finds it. The count the release returned says so:
-        // no load.
-        if let Some(g) = geo
-            && simt::lane_id() == leader
-            && after != 0
-            && after < g.usable
-            && after + blocks_freed >= g.usable
-        {
-            self.class_hint(class_index(g.block))
-                .store(slot + 1, Ordering::Relaxed);
+        if simt::lane_id() == leader {
+            // The group's references still hold the slab: its header is
+            // read again here rather than kept live through the clearing.
+            let base = Slab::containing(simt::opaque_u64(addr)).0;
+            // SAFETY: live and referenced.
+            let geo = unsafe { Slab(base).geometry() };
+            let after = self.release_slot(slot, n + blocks_freed);
+            // A free into a full slab gives it room: point the class's hint
+            // at it, so that the class's next malloc (and an exhausted
+            // heap's bounded search) finds it. The count the release
+            // returned says so.
+            if let Some(g) = geo
+                && after != 0
+                && after < g.usable
+                && after + blocks_freed >= g.usable
+            {
+                self.class_hint(class_index(g.block))
+                    .store(slot + 1, Ordering::Relaxed);
+            }
         }
     }
 

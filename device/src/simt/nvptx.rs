@@ -63,7 +63,15 @@ macro_rules! sreg {
 
 #[inline(always)]
 pub(super) fn lane_id() -> u32 {
-    sreg!(sreg_laneid)
+    let lane: u32;
+    // SAFETY: reading a special register has no preconditions. Not `pure`:
+    // read where it is used, so that neither the lane nor what is derived
+    // from it (`1 << lane`, the lanes below) is hoisted out of the
+    // allocator's loops and kept live across its slow paths.
+    unsafe {
+        core::arch::asm!("mov.u32 {0}, %laneid;", out(reg32) lane, options(nomem, nostack));
+    }
+    lane
 }
 
 #[inline(always)]
