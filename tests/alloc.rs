@@ -13,7 +13,7 @@ use warpalloc_device::size_class::SLAB_SIZE;
 use warpalloc_host::Buffer;
 use warpalloc_kernels_tests::stress::{
     STATS_WORDS, SWEEP_SIZES, Stats, aligned, bad_input, churn, drain, drain_transfer, fill,
-    free_only, freed_queries, malloc_only, malloc_sizes, resize, size_sweep,
+    free_only, freed_queries, malloc_free_once, malloc_only, malloc_sizes, resize, size_sweep,
 };
 
 struct Churn {
@@ -433,6 +433,36 @@ fn a_freed_block_in_a_live_slab_is_not_a_live_allocation() {
 /// second warp keeps the slab live, so no slab is released): the slot's
 /// lock, one `fetch_and` for the word, the slot's release. Deterministic
 /// (one worker, converged warps, a fixed seed), so a test, not a benchmark.
+/// `malloc_free_once` (the kernel of the ptxas budget for malloc and free
+/// together) does what it says: every thread gets a block, reads back what
+/// it wrote and frees it, in warps of any convergence — and warpalloc
+/// served it (slabs came from the provider), leaving the heap empty.
+#[test]
+fn malloc_and_free_in_one_kernel_leave_the_heap_empty() {
+    for seed in seeds(0x3f1u64, 3) {
+        let mut heap = heap(64 * SLAB_SIZE, 256);
+        let ok = buffer::<u32>(&heap, 8 * 64);
+        run(
+            &mut heap,
+            &LaunchConfig::linear(8, 64).seed(seed),
+            malloc_free_once::Args {
+                ok: ok.kernel_ptr(),
+                size: 48,
+            },
+        );
+        let got = read(&heap, &ok);
+        assert!(got.iter().all(|&g| g == 1), "seed {seed:#x}: {got:?}");
+        let stats = heap.stats().expect("stats");
+        assert!(
+            stats.traffic.slabs_from_provider > 0,
+            "seed {seed:#x}: {:?}",
+            stats.traffic
+        );
+        assert_eq!(stats.device.double_frees + stats.device.invalid_frees, 0);
+        assert_empty(&mut heap, "malloc_free_once");
+    }
+}
+
 #[test]
 fn a_warp_frees_blocks_of_one_word_with_one_atomic() {
     let mut heap = heap(16 * SLAB_SIZE, 64);

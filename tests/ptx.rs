@@ -181,13 +181,18 @@ fn the_declarations_module_declares_what_the_module_does() {
 /// kernel above its budget fails; lower the budget when a change brings the
 /// count down (it is a ratchet). The targets of the hot-path work are
 /// malloc-only ≤ 32 (40 at most), free-only ≤ 24, both ≤ 48 (DESIGN.md,
-/// "Fast path, slow path"); the budgets below are where the code stands.
+/// "Fast path, slow path"); the budgets below are where the code stands:
+/// `malloc_only` and `malloc_free_once` (malloc and free in a kernel with
+/// no state of its own) are within them, `free_only` is not yet, and
+/// `alloc_free` (a stress kernel whose loop keeps six 64-bit counters and
+/// its arguments live across both calls) is above what both paths need.
 #[test]
 fn allocator_paths_stay_within_their_register_budgets() {
     // (kernel, sm_75 registers, sm_90 registers)
     const BUDGETS: &[(&str, u32, u32)] = &[
         ("malloc_only", 36, 38),
         ("free_only", 29, 31),
+        ("malloc_free_once", 40, 40),
         ("alloc_free", 58, 56),
     ];
     let mut failures = String::new();

@@ -723,6 +723,29 @@ kernel! {
 }
 
 kernel! {
+    /// malloc and free together, once: each thread takes `size` bytes,
+    /// writes and reads back a word, frees the block and stores 1 in
+    /// `ok[thread]` if all went well (0: null or a wrong read). For ptxas
+    /// budgets: the two paths in one kernel with no loop of its own.
+    pub fn malloc_free_once(ok: *mut u32, size: u32) {
+        let me = simt::global_thread_id() as usize;
+        let p = malloc(size as usize) as *mut u32;
+        let mut good = 0;
+        if !p.is_null() {
+            // SAFETY: at least 4 bytes (every block is ≥ 16), ours until the
+            // free.
+            unsafe {
+                p.write_volatile(me as u32);
+                good = u32::from(p.read_volatile() == me as u32);
+                free(p.cast());
+            }
+        }
+        // SAFETY: the host gave a word per thread.
+        unsafe { ok.add(me).write(good) };
+    }
+}
+
+kernel! {
     /// Each thread takes `sizes[thread]` bytes (a warp of mixed classes)
     /// and stores the address in `ptrs[thread]` (0 when null).
     pub fn malloc_sizes(ptrs: *mut u64, sizes: *const u32) {
