@@ -242,12 +242,11 @@ impl Slab {
     /// block, `None` for a pointer that is no block of the slab. Lanes whose
     /// blocks lie in one bitfield word combine their bits at the word's
     /// lowest lane, which clears them with one `fetch_and`: one atomic per
-    /// word touched, as `allocate`'s `fetch_or`. The combining is a
-    /// five-shuffle butterfly when the whole warp frees into one word (a
-    /// coalesced free), else one shuffle per lane that shares its word
-    /// (lanes alone on theirs skip it): few registers either way. Returns whether this lane's free
-    /// was real: its bit was set, and no lower lane of the call freed the
-    /// same block; `false` is a double free (nothing changed).
+    /// word touched, as `allocate`'s `fetch_or`. The combining is one
+    /// `redux.sync.or` per word's group on sm_80 and later (shuffles before:
+    /// [`simt::reduce_or`]). Returns whether this lane's free was real: its
+    /// bit was set, and no lower lane of the call freed the same block;
+    /// `false` is a double free (nothing changed).
     ///
     /// # Safety
     /// The caller holds a reference to this live slab for each lane, and
@@ -262,33 +261,12 @@ impl Slab {
             Some(i) if first => 1u32 << (i % WORD_BITS),
             _ => 0,
         };
-        // The lanes on my word; the lowest of them (the head) clears.
+        // The lanes on my word; the lowest of them (the head) clears their
+        // bits, ORed over the group.
         let word = i / WORD_BITS;
         let group = simt::match_any_u32(uniform, word);
         let head = simt::leader(group);
-        // Every lane of `uniform` takes part in every shuffle (`sharing` is
-        // the same for all of them); the head keeps its group's bits.
-        let sharing = simt::ballot(uniform, group != 1 << me);
-        let mut combined = bit;
-        if sharing == u32::MAX && simt::ballot(uniform, group == uniform) == uniform {
-            // A whole warp on one word (a coalesced free): a butterfly of
-            // five shuffles gives every lane the OR.
-            let mut width = 1;
-            while width < WORD_BITS {
-                combined |= simt::shfl_u32(uniform, combined, me ^ width);
-                width *= 2;
-            }
-        } else {
-            let mut rest = sharing;
-            while rest != 0 {
-                let source = rest.trailing_zeros();
-                rest &= rest - 1;
-                let theirs = simt::shfl_u32(uniform, bit, source);
-                if group & (1 << source) != 0 {
-                    combined |= theirs;
-                }
-            }
-        }
+        let combined = simt::reduce_or(group, bit);
         // The lanes' last accesses to their blocks happen-before what the
         // head does next: `bar.warp.sync` orders memory among the lanes it
         // synchronises.

@@ -219,6 +219,46 @@ pub fn shfl_ptr<T>(lane_mask: u32, ptr: *mut T, src_lane: u32) -> *mut T {
     ptr.with_addr(addr as usize)
 }
 
+/// The OR of `value` over the lanes of `lane_mask`, to each of them. All
+/// lanes of `lane_mask` call together, with the same mask; other lanes of
+/// the warp may call at the same time with masks of their own (the groups
+/// of a `match_any`). One `redux.sync` on sm_80 and later; shuffles before
+/// (and in the simulator).
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn reduce_or(lane_mask: u32, value: u32) -> u32 {
+    imp::reduce_or(lane_mask, value)
+}
+
+/// [`reduce_or`] by shuffles: none for a lane alone, a butterfly of five
+/// for the whole warp, else one shuffle per lane of the mask (every lane
+/// of the mask takes part in each, so they agree).
+#[allow(dead_code)] // not on nvptx with sm_80 and later
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+fn reduce_or_by_shuffles(lane_mask: u32, value: u32) -> u32 {
+    if lane_mask & lane_mask.wrapping_sub(1) == 0 {
+        return value;
+    }
+    let mut combined = value;
+    if lane_mask == u32::MAX {
+        let me = lane_id();
+        let mut width = 1;
+        while width < WARP_SIZE {
+            combined |= shfl_u32(lane_mask, combined, me ^ width);
+            width *= 2;
+        }
+    } else {
+        let mut rest = lane_mask;
+        while rest != 0 {
+            let source = rest.trailing_zeros();
+            rest &= rest - 1;
+            combined |= shfl_u32(lane_mask, value, source);
+        }
+    }
+    combined
+}
+
 /// Lane `leader`'s `value` to every lane of `lane_mask`: a [`shfl_u32`] from
 /// the lane that did the work for the group.
 #[inline(always)]

@@ -8,8 +8,6 @@ use super::Dim3;
 
 #[allow(improper_ctypes)]
 unsafe extern "C" {
-    #[link_name = "llvm.nvvm.read.ptx.sreg.laneid"]
-    fn sreg_laneid() -> u32;
     #[link_name = "llvm.nvvm.read.ptx.sreg.tid.x"]
     fn sreg_tid_x() -> u32;
     #[link_name = "llvm.nvvm.read.ptx.sreg.tid.y"]
@@ -48,6 +46,12 @@ unsafe extern "C" {
     fn nvvm_shfl_idx_i32(lane_mask: u32, value: u32, src_lane: u32, clamp: u32) -> u32;
     #[link_name = "llvm.nvvm.bar.warp.sync"]
     fn nvvm_bar_warp_sync(lane_mask: u32);
+}
+
+#[cfg(target_feature = "sm_80")]
+unsafe extern "C" {
+    #[link_name = "llvm.nvvm.redux.sync.or"]
+    fn nvvm_redux_or(value: u32, lane_mask: u32) -> u32;
 }
 
 /// `c` operand of `shfl.sync.idx` for a whole-warp segment: clamp 31, no
@@ -165,6 +169,15 @@ pub(super) fn shfl_u64(lane_mask: u32, value: u64, src_lane: u32) -> u64 {
     let lo = shfl_u32(lane_mask, value as u32, src_lane);
     let hi = shfl_u32(lane_mask, (value >> 32) as u32, src_lane);
     (u64::from(hi) << 32) | u64::from(lo)
+}
+
+#[inline(always)]
+pub(super) fn reduce_or(lane_mask: u32, value: u32) -> u32 {
+    // SAFETY: as for `ballot`.
+    #[cfg(target_feature = "sm_80")]
+    return unsafe { nvvm_redux_or(value, lane_mask) };
+    #[cfg(not(target_feature = "sm_80"))]
+    return super::reduce_or_by_shuffles(lane_mask, value);
 }
 
 #[inline(always)]

@@ -76,6 +76,11 @@ pub(super) fn shfl_u64(lane_mask: u32, value: u64, src_lane: u32) -> u64 {
 }
 
 #[track_caller]
+pub(super) fn reduce_or(lane_mask: u32, value: u32) -> u32 {
+    super::reduce_or_by_shuffles(lane_mask, value)
+}
+
+#[track_caller]
 pub(super) fn syncwarp(lane_mask: u32) {
     sim::syncwarp(lane_mask)
 }
