@@ -1,10 +1,36 @@
 //! Builds `kernels-tests` (and through it `warpalloc-device`) to PTX with
-//! warpalloc-builder, for `warpalloc::ptx`. One `sm_75` module: ptxas and the
-//! driver accept it for every later architecture (sm_90 included).
+//! warpalloc-builder, for `warpalloc_tool::ptx`: an `sm_75` module, which
+//! ptxas and the driver accept for every later architecture, and the same
+//! crate built for `sm_90` natively (what Hopper users who build for their
+//! GPU run: it has what sm_80 and later added, `redux.sync` among them).
 
 use std::path::PathBuf;
 
-use warpalloc_builder::{Arch, PtxBuilder, declarations};
+use warpalloc_builder::{Arch, PtxBuilder, PtxOutput, declarations};
+
+/// Builds kernels-tests for `arch` to `file`; a compiler warning in the
+/// device code fails the build (the repository's device code is
+/// warning-free).
+fn build(arch: Arch, file: &std::path::Path) -> PtxOutput {
+    match PtxBuilder::new("kernels-tests")
+        .arch(arch)
+        .out_file(file)
+        .build()
+    {
+        Ok(ptx) if ptx.warnings.is_empty() => ptx,
+        Ok(ptx) => {
+            eprintln!(
+                "error: kernels-tests for {arch} built with warnings:\n{}",
+                ptx.warnings.join("\n")
+            );
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("error: building kernels-tests to PTX for {arch}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -12,17 +38,14 @@ fn main() {
         eprintln!("error: OUT_DIR is not set (not run by cargo?)");
         std::process::exit(1);
     };
-    let ptx = match PtxBuilder::new("kernels-tests")
-        .arch(Arch::Sm75)
-        .out_file(out_dir.join("kernels_tests.ptx"))
-        .build()
-    {
-        Ok(ptx) => ptx,
-        Err(e) => {
-            eprintln!("error: building kernels-tests to PTX: {e}");
-            std::process::exit(1);
-        }
-    };
+    let ptx = build(Arch::Sm75, &out_dir.join("kernels_tests.ptx"));
+    let native = build(Arch::Sm90, &out_dir.join("kernels_tests_sm90.ptx"));
+    if native.kernels != ptx.kernels || native.globals != ptx.globals {
+        eprintln!(
+            "error: the sm_75 and sm_90 builds of kernels-tests differ in kernels or globals"
+        );
+        std::process::exit(1);
+    }
     let decls = out_dir.join("kernels_tests_declarations.ptx");
     let text = match std::fs::read_to_string(&ptx.path) {
         Ok(t) => declarations(&t),

@@ -268,7 +268,8 @@ fn main() -> ExitCode {
 
 fn info() -> Result<ExitCode, HostError> {
     println!(
-        "embedded PTX: {} ({} kernels: {})",
+        "embedded PTX: {} and sm_90 (native, loaded on compute capability 9.0 and later) \
+         ({} kernels: {})",
         ptx::ARCH,
         ptx::KERNEL_NAMES.len(),
         ptx::KERNEL_NAMES.join(", ")
@@ -283,6 +284,13 @@ fn info() -> Result<ExitCode, HostError> {
             use warpalloc_host::device::Device;
             let i = gpu.info();
             println!("GPU: {i}");
+            let module = ptx::for_capability(i.compute_capability);
+            let arch = if module == ptx::KERNELS_TESTS_SM90 {
+                "sm_90"
+            } else {
+                ptx::ARCH
+            };
+            println!("  loads the PTX for {arch}");
             println!(
                 "  resident warps: {} (RPC ports: {})",
                 i.resident_warps(),

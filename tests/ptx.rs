@@ -12,9 +12,6 @@ use warpalloc_builder::ptxas::{Ptxas, PtxasReport};
 use warpalloc_builder::{Arch, functions, reachable, symbols};
 use warpalloc_tool::ptx;
 
-/// The architectures the one sm_75 module is assembled for.
-const ARCHES: &[Arch] = &[Arch::Sm75, Arch::Sm90];
-
 /// Kernels whose code (with what it calls) must contain these instructions.
 /// A kernel not in the module is not checked; one in the module and not here
 /// has no instruction expectation (it is still assembled and spill-checked).
@@ -28,10 +25,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("simt_syncwarp", &["bar.warp.sync"]),
 ];
 
-fn ptx_file(arch: Arch) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("kernels_tests_{arch}.ptx"));
-    std::fs::write(&path, ptx::KERNELS_TESTS)
-        .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+fn ptx_file(name: &str, text: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.ptx"));
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     path
 }
 
@@ -47,10 +43,34 @@ fn assemble(arch: Arch) -> &'static PtxasReport {
     };
     cell.get_or_init(|| {
         let ptxas = Ptxas::find().unwrap_or_else(|e| panic!("{e}"));
+        let file = ptx_file(&format!("kernels_tests_{arch}"), ptx::KERNELS_TESTS);
         ptxas
-            .assemble(&ptx_file(arch), arch)
+            .assemble(&file, arch)
             .unwrap_or_else(|e| panic!("ptxas rejected the embedded PTX for {arch}: {e}"))
     })
+}
+
+/// ptxas's report for the native sm_90 module ([`ptx::KERNELS_TESTS_SM90`])
+/// assembled for sm_90, once per test binary.
+fn assemble_native_sm90() -> &'static PtxasReport {
+    static NATIVE: OnceLock<PtxasReport> = OnceLock::new();
+    NATIVE.get_or_init(|| {
+        let ptxas = Ptxas::find().unwrap_or_else(|e| panic!("{e}"));
+        let file = ptx_file("kernels_tests_native_sm_90", ptx::KERNELS_TESTS_SM90);
+        ptxas
+            .assemble(&file, Arch::Sm90)
+            .unwrap_or_else(|e| panic!("ptxas rejected the native sm_90 PTX: {e}"))
+    })
+}
+
+/// The reports of every assembly the checks cover: the sm_75 module for
+/// sm_75 and sm_90, and the native sm_90 module for sm_90.
+fn reports() -> [(&'static str, &'static PtxasReport); 3] {
+    [
+        ("sm_75", assemble(Arch::Sm75)),
+        ("sm_90", assemble(Arch::Sm90)),
+        ("sm_90 native", assemble_native_sm90()),
+    ]
 }
 
 #[test]
@@ -94,12 +114,40 @@ fn expected_instructions() {
     assert!(failures.is_empty(), "{failures}");
 }
 
+/// The native sm_90 module has the sm_75 module's kernels and globals, is
+/// what the tool loads on compute capability 9.0 and later, and uses
+/// `redux.sync` where the sm_75 module combines a free's bits by shuffles.
+#[test]
+fn the_native_sm90_module_matches_and_uses_what_sm80_added() {
+    let native = symbols(ptx::KERNELS_TESTS_SM90);
+    assert_eq!(native.kernels, ptx::KERNEL_NAMES);
+    assert_eq!(native.globals, ptx::GLOBAL_NAMES);
+    assert!(ptx::KERNELS_TESTS_SM90.contains(".target sm_90"));
+    for (cc, module) in [
+        ((0, 0), ptx::KERNELS_TESTS),
+        ((7, 5), ptx::KERNELS_TESTS),
+        ((8, 9), ptx::KERNELS_TESTS),
+        ((9, 0), ptx::KERNELS_TESTS_SM90),
+        ((10, 0), ptx::KERNELS_TESTS_SM90),
+    ] {
+        assert!(ptx::for_capability(cc) == module, "{cc:?}");
+    }
+    let code = |text: &str| -> String {
+        let fns = functions(text);
+        reachable(&fns, "free_only")
+            .iter()
+            .map(|f| f.body.as_str())
+            .collect()
+    };
+    assert!(code(ptx::KERNELS_TESTS_SM90).contains("redux.sync.or"));
+    assert!(!code(ptx::KERNELS_TESTS).contains("redux.sync"));
+}
+
 #[test]
 fn ptxas_assembles_without_spills() {
     let mut table = String::new();
     let mut spills = String::new();
-    for &arch in ARCHES {
-        let report = assemble(arch);
+    for (arch, report) in reports() {
         for k in ptx::KERNEL_NAMES {
             assert!(
                 report.get(k).is_some_and(|f| f.entry),
@@ -126,16 +174,22 @@ fn ptxas_assembles_without_spills() {
     );
 }
 
-/// The device heap's layout as the PTX carries it (the initialiser of
+/// The device heap's layout as each PTX module carries it (the initialiser of
 /// `WARPALLOC_HEAP_LAYOUT`) is the host's, and `WARPALLOC_HEAP` is a heap
 /// link (8 zero bytes):
 /// a field that exists on one side only, or is laid out differently, fails
 /// here — on the CPU, before any GPU run.
 #[test]
 fn the_ptx_carries_the_hosts_heap_layout() {
+    for text in [ptx::KERNELS_TESTS, ptx::KERNELS_TESTS_SM90] {
+        check_heap_layout(text);
+    }
+}
+
+fn check_heap_layout(text: &str) {
     use warpalloc_device::abi::{HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout};
     use warpalloc_device::heap::LAYOUT;
-    let module = warpalloc_host::device::ptx::parse(ptx::KERNELS_TESTS).expect("the PTX parses");
+    let module = warpalloc_host::device::ptx::parse(text).expect("the PTX parses");
     let words = module
         .global(LAYOUT_SYMBOL)
         .unwrap_or_else(|| panic!("the PTX has no {LAYOUT_SYMBOL}"));
@@ -188,18 +242,18 @@ fn the_declarations_module_declares_what_the_module_does() {
 /// its arguments live across both calls) is above what both paths need.
 #[test]
 fn allocator_paths_stay_within_their_register_budgets() {
-    // (kernel, sm_75 registers, sm_90 registers)
-    const BUDGETS: &[(&str, u32, u32)] = &[
-        ("malloc_only", 36, 38),
-        ("free_only", 29, 31),
-        ("malloc_free_once", 38, 40),
-        ("alloc_free", 58, 56),
+    // (kernel, registers: the sm_75 module for sm_75, for sm_90, the native
+    // sm_90 module)
+    const BUDGETS: &[(&str, [u32; 3])] = &[
+        ("malloc_only", [36, 38, 38]),
+        ("free_only", [29, 31, 26]),
+        ("malloc_free_once", [38, 40, 40]),
+        ("alloc_free", [58, 56, 55]),
     ];
     let mut failures = String::new();
-    for (arch, column) in [(Arch::Sm75, 1), (Arch::Sm90, 2)] {
-        let report = assemble(arch);
-        for &(kernel, sm75, sm90) in BUDGETS {
-            let budget = if column == 1 { sm75 } else { sm90 };
+    for (column, (arch, report)) in reports().into_iter().enumerate() {
+        for &(kernel, budgets) in BUDGETS {
+            let budget = budgets[column];
             let Some(f) = report.get(kernel) else {
                 failures.push_str(&format!("{arch}: no kernel {kernel}\n"));
                 continue;

@@ -32,6 +32,8 @@ pub struct Launcher {
     device: Arc<dyn Device>,
     /// Why not a GPU, when `Auto` fell back to the emulated device.
     why_not_gpu: Option<String>,
+    /// The module's `.target` (its architecture), as its PTX names it.
+    target: String,
     sim: LaunchConfig,
 }
 
@@ -40,6 +42,17 @@ impl Launcher {
     /// the module's globals from it and runs the same kernels as compiled
     /// into this program) on the device `prefer` names.
     pub fn new(ptx: &str, prefer: Prefer) -> Result<Launcher, HostError> {
+        Self::new_with(prefer, |_| ptx)
+    }
+
+    /// [`Launcher::new`] with the module chosen for the device once it is
+    /// open: `ptx_for` gets its description (compute capability
+    /// included) and returns the PTX to load, such as a build for that
+    /// architecture.
+    pub fn new_with<'p>(
+        prefer: Prefer,
+        ptx_for: impl FnOnce(&DeviceInfo) -> &'p str,
+    ) -> Result<Launcher, HostError> {
         let (device, why_not_gpu): (Arc<dyn Device>, _) = match prefer {
             Prefer::Simulator => (Arc::new(Emulated::default()), None),
             Prefer::Gpu => (
@@ -54,6 +67,7 @@ impl Launcher {
                 ),
             },
         };
+        let ptx = ptx_for(device.info());
         Self::on(device, ptx).map(|mut l| {
             l.why_not_gpu = why_not_gpu;
             l
@@ -63,10 +77,17 @@ impl Launcher {
     /// A launcher for `ptx` on `device`.
     pub fn on(device: Arc<dyn Device>, ptx: &str) -> Result<Launcher, HostError> {
         let module = device.load_module(ptx)?;
+        let target = ptx
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(".target "))
+            .and_then(|t| t.split([',', ' ']).next())
+            .unwrap_or("unknown")
+            .to_owned();
         Ok(Launcher {
             module,
             device,
             why_not_gpu: None,
+            target,
             sim: LaunchConfig::linear(1, 1)
                 .workers(default_workers())
                 .convergence(Convergence::Converged),
@@ -86,6 +107,12 @@ impl Launcher {
     /// What the device is.
     pub fn info(&self) -> &DeviceInfo {
         self.device.info()
+    }
+
+    /// The architecture the loaded PTX targets (its `.target`, e.g.
+    /// `sm_90`).
+    pub fn ptx_target(&self) -> &str {
+        &self.target
     }
 
     /// Whether kernels run on a GPU (not the emulated device).
@@ -161,7 +188,7 @@ fn default_workers() -> usize {
 
 impl fmt::Display for Launcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.device.info())?;
+        write!(f, "{}, PTX for {}", self.device.info(), self.target)?;
         if let Some(why) = &self.why_not_gpu {
             write!(f, " (no GPU: {why})")?;
         }

@@ -23,7 +23,9 @@ pub fn open_heap(
     config: HeapConfig,
     schedule: Schedule,
 ) -> Result<Heap, HostError> {
-    let mut launcher = Launcher::new(warpalloc_tool::ptx::KERNELS_TESTS, prefer)?;
+    let mut launcher = Launcher::new_with(prefer, |info| {
+        warpalloc_tool::ptx::for_capability(info.compute_capability)
+    })?;
     let cfg = launcher.simulator_config();
     cfg.seed = schedule.seed;
     cfg.workers = schedule.workers.max(1);

@@ -18,7 +18,8 @@ pub fn demo(
     threads: u32,
     schedule: Schedule,
 ) -> Result<ExitCode, HostError> {
-    let mut launcher = Launcher::new(ptx::KERNELS_TESTS, prefer)?;
+    let mut launcher =
+        Launcher::new_with(prefer, |info| ptx::for_capability(info.compute_capability))?;
     let cfg = launcher.simulator_config();
     cfg.seed = schedule.seed;
     cfg.workers = schedule.workers.max(1);
