@@ -508,14 +508,6 @@ impl DeviceHeap {
         let index = geo.and_then(|g| Slab(base).index_of(addr, g));
         // SAFETY: a referenced live slab; `index_of` gives `i < usable`.
         let freed = unsafe { Slab(base).deallocate(uniform, index) };
-        if !freed {
-            let counter = if index.is_some() {
-                &self.errors.double_frees
-            } else {
-                &self.errors.invalid_frees
-            };
-            self.errors.record(counter, addr);
-        }
         let blocks_freed = simt::ballot(uniform, freed).count_ones();
         if simt::lane_id() == leader {
             // The group's references still hold the slab: its header is
@@ -536,6 +528,15 @@ impl DeviceHeap {
                 self.class_hint(class_index(g.block))
                     .store(slot + 1, Ordering::Relaxed);
             }
+        }
+        // Counted last, when little else is live.
+        if !freed {
+            let counter = if index.is_some() {
+                &self.errors.double_frees
+            } else {
+                &self.errors.invalid_frees
+            };
+            self.errors.record(counter, addr);
         }
     }
 
