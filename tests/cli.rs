@@ -171,6 +171,39 @@ fn stress_under_a_memory_cap_passes() {
     }
 }
 
+/// A heap capped at one slab: `resize`'s 16-byte blocks take it, so every
+/// growth fails and the last `realloc` (16 to 24 bytes) is a grow that may
+/// fail too. The kernel once counted that null, and the 16 bytes a moved
+/// block kept of 24, as lost contents (CI failed on the 8 MiB run above
+/// when a lane's first growth found the heap full). One worker: the same
+/// schedule every time.
+#[test]
+fn resize_at_a_one_slab_cap_counts_failed_growth_as_nulls() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "resize",
+        "--limit",
+        "2097152",
+        "--workers",
+        "1",
+        "--blocks",
+        "1",
+        "--threads",
+        "32",
+        "--json",
+    ]);
+    assert!(ok, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).expect(&text);
+    let resize = &report["kernels"][0];
+    assert_eq!(resize["kernel"], "resize", "{text}");
+    assert!(resize["allocs"].as_u64() > Some(0), "{text}");
+    assert!(resize["nulls"].as_u64() > Some(0), "{text}");
+    assert_eq!(resize["corrupt"], 0, "{text}");
+    assert_eq!(resize["broken"], 0, "{text}");
+}
+
 #[test]
 fn stress_fails_loudly_on_a_planted_corruption() {
     let (ok, text) = warpalloc(&[

@@ -538,16 +538,24 @@ kernel! {
             // SAFETY: ours, `size` bytes.
             unsafe { write_pattern(p, size, me, 9) };
         }
+        // To 24 bytes: a shrink, unless the first growth already failed and
+        // the block is still 16 bytes. A grow may fail (a null, the block
+        // stays ours); a shrink never does (a broken promise if it did).
         // SAFETY: as above.
         let q = unsafe { warpalloc_device::realloc(p, 24) };
-        // The kept bytes: the tag (which still names the large size) and the
-        // pattern up to 24.
-        // SAFETY: `q` is our live block of at least 24 bytes.
-        let kept = !q.is_null()
-            && unsafe { read_tag(q) } == Some((me, 9, size))
-            && (TAG_BYTES..24).all(|i| unsafe { q.add(i).read() } == pattern_byte(me, 9, i));
-        if !kept {
-            count(stats, 3, 1);
+        if q.is_null() {
+            count(stats, if size < 24 { 2 } else { 4 }, 1);
+        } else {
+            // The kept bytes: the tag (which still names the size before)
+            // and the pattern up to 24 or the old size, whichever is less.
+            let kept_len = size.min(24);
+            // SAFETY: `q` is our live block of at least 24 bytes.
+            let kept = unsafe { read_tag(q) } == Some((me, 9, size))
+                && (TAG_BYTES..kept_len)
+                    .all(|i| unsafe { q.add(i).read() } == pattern_byte(me, 9, i));
+            if !kept {
+                count(stats, 3, 1);
+            }
         }
         // SAFETY: ours.
         unsafe { free(if q.is_null() { p } else { q }) };
