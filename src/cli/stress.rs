@@ -345,6 +345,14 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
             bar.inc(1);
             continue;
         }
+        // Each kernel starts on a trimmed heap: the empty slabs an earlier
+        // kernel left published go back (to the pool, or unmapped), so a
+        // kernel that allocates must take slabs of its own and its heap
+        // traffic shows that warpalloc served it. Without this, a kernel
+        // whose classes all had room in slabs left by the one before
+        // allocated with no traffic and was reported as served by no one
+        // (`fill` under '--limit 4194304 --convergence random --seed 44').
+        heap.trim()?;
         let before = heap.stats()?;
         let result = match name.as_str() {
             "churn" => run_churn(heap, a),
