@@ -257,8 +257,10 @@ pub struct Traffic {
     pub slabs_from_provider: u64,
     /// Empty slabs taken over by a claim for another slot (no host).
     pub slabs_reclaimed: u64,
-    /// Empty slabs put back to use by their own class (a malloc that
-    /// locked a slab with no reservation).
+    /// Empty slabs put back to use by their own class (a malloc whose lock
+    /// found no reference held). A lower bound: when another class's scan
+    /// holds a reference to the empty slab for a moment (it locks, sees
+    /// the wrong class and lets go), the revival is not counted.
     pub slabs_revived: u64,
     /// Empty slabs given back to the provider (a trim).
     pub slabs_to_provider: u64,
@@ -269,8 +271,11 @@ pub struct Traffic {
 }
 
 impl Traffic {
-    /// Slabs put to use plus large blocks handed out: zero exactly when the
-    /// heap served nothing.
+    /// Slabs put to use plus large blocks handed out. Zero when the heap
+    /// served nothing; a heap with no published slab (a trimmed one) that
+    /// serves a block counts at least one (a slab from the provider or a
+    /// large block: both counted exactly). Revivals may go uncounted
+    /// (`slabs_revived`), so slabs already published can serve with none.
     pub fn served(&self) -> u64 {
         self.slabs_from_provider
             + self.slabs_reclaimed

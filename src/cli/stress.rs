@@ -347,11 +347,14 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
         }
         // Each kernel starts on a trimmed heap: the empty slabs an earlier
         // kernel left published go back (to the pool, or unmapped), so a
-        // kernel that allocates must take slabs of its own and its heap
-        // traffic shows that warpalloc served it. Without this, a kernel
-        // whose classes all had room in slabs left by the one before
-        // allocated with no traffic and was reported as served by no one
-        // (`fill` under '--limit 4194304 --convergence random --seed 44').
+        // kernel that allocates must take slabs from the provider, which
+        // is counted exactly, and its heap traffic shows that warpalloc
+        // served it. Reviving an empty slab of one's own class is counted
+        // only when the lock found no reference at all (another class's
+        // scan holding one for a moment hides it: see `Traffic`), so a
+        // kernel that only revived slabs left by the one before could show
+        // none (`lifetimes` under '--limit 4194304 --convergence random
+        // --seed 32 --workers 1', and `fill` at other seeds).
         heap.trim()?;
         let before = heap.stats()?;
         let result = match name.as_str() {
