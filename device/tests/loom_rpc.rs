@@ -92,8 +92,8 @@ fn exchange() {
     let client = unsafe { Client::new(mailbox.ports.as_ptr().cast_mut(), 2, &mailbox.locks) };
     let r1 = client.call(1, &Request::Ping { words: words(1) }, Reply::read_ping);
     assert_eq!(r1[..2], [!1, !7], "client read a reply not written yet");
-    client.free(1, 2, 14);
-    // The one-lane path the heap uses for its requests.
+    // The one-lane paths the heap uses for its requests.
+    client.free_alone(2, 14);
     let r3 = client.alloc_alone(3, 21);
     assert_eq!(r3, Ok(103), "client read a reply not written yet");
     let mut seen = server.join().unwrap();

@@ -314,18 +314,11 @@ impl DeviceHeap {
         }
     }
 
-    /// Gives system memory back. One lane calls it; it does not wait.
+    /// Gives system memory back (one lane, not waiting for the host): a
+    /// one-lane send with no collectives, which on sm_7x cost the caller
+    /// registers (ptxas's divergent-warp fallbacks) and elsewhere gain
+    /// nothing for a request that is one lane's anyway.
     fn system_deallocate(&self, addr: u64, bytes: u64) {
-        if let (ProviderKind::Rpc | ProviderKind::Pool, Some(client)) =
-            (self.provider(), self.mailbox.client())
-        {
-            client.free(1 << simt::lane_id(), addr, bytes);
-        }
-    }
-
-    /// [`DeviceHeap::system_deallocate`] by a lane alone (a group's leader):
-    /// no collectives, which on sm_7x cost the caller registers.
-    fn system_deallocate_alone(&self, addr: u64, bytes: u64) {
         if let (ProviderKind::Rpc | ProviderKind::Pool, Some(client)) =
             (self.provider(), self.mailbox.client())
         {
@@ -397,7 +390,7 @@ impl DeviceHeap {
         }
         let Some(granule) = self.granule_of(addr) else {
             // Outside the region the heap cannot vouch for it on free.
-            self.system_deallocate_alone(addr, bytes);
+            self.system_deallocate(addr, bytes);
             return 0;
         };
         self.granules.set(

@@ -476,7 +476,7 @@ impl DeviceHeap {
             return None;
         }
         if self.granule_of(slab).is_none() {
-            self.system_deallocate_alone(slab, SLAB_SIZE);
+            self.system_deallocate(slab, SLAB_SIZE);
             return None;
         }
         self.counters.slabs_from_provider.fetch_add(1);

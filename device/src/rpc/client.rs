@@ -1,6 +1,9 @@
 //! The device's side of the mailbox: a warp (any subset of one, all of whose
 //! lanes call together) locks a port, sends one request with a buffer per
-//! lane, and for a call waits for the answer.
+//! lane and waits for the answer (`call`). The heap's own requests are one
+//! lane's: `alloc_alone` and `free_alone` follow the same protocol without
+//! collectives, and a free does not wait for its answer (the port's next
+//! user waits until the server has taken it).
 //!
 //! ```text
 //!   lane_mask ─► leader: lock a port (device lock bits, fetch_or)
@@ -190,14 +193,6 @@ impl<'a> Client<'a> {
         reply
     }
 
-    /// Sends each lane's `request` without waiting for an answer (the next
-    /// user of the port waits until the server has taken it).
-    pub fn send(&self, lane_mask: u32, request: &Request) {
-        let index = self.lock(lane_mask);
-        self.send_on(lane_mask, index, request);
-        self.unlock(lane_mask, index);
-    }
-
     /// `bytes` aligned to `align` from the host, for each lane of
     /// `lane_mask`: the address, or why the host refused.
     #[inline(always)]
@@ -207,13 +202,6 @@ impl<'a> Client<'a> {
             &Request::Alloc { bytes, align },
             Reply::read_alloc,
         )
-    }
-
-    /// Gives `bytes` at `addr` back to the host, for each lane of
-    /// `lane_mask`, without waiting.
-    #[inline(always)]
-    pub fn free(&self, lane_mask: u32, addr: u64, bytes: u64) {
-        self.send(lane_mask, &Request::Free { addr, bytes });
     }
 
     /// [`Client::call`] for the calling lane alone: the same port protocol
@@ -242,7 +230,9 @@ impl<'a> Client<'a> {
         self.call_alone(&Request::Alloc { bytes, align }, Reply::read_alloc)
     }
 
-    /// [`Client::free`] for the calling lane alone (no collectives).
+    /// Gives `bytes` at `addr` back to the host, for the calling lane alone
+    /// (no collectives), without waiting: the next user of the port waits
+    /// until the server has taken it.
     pub fn free_alone(&self, addr: u64, bytes: u64) {
         let index = self.lock_alone();
         let port = self.port(index);
