@@ -6,21 +6,24 @@
 /// The device code, built to PTX by `build.rs` (warpalloc-builder).
 pub mod ptx {
     /// `kernels-tests` (with `warpalloc-device`) as one PTX module for `sm_75`,
-    /// which ptxas and the driver also accept for sm_80..sm_90+.
+    /// which ptxas and the driver also accept for sm_80..sm_90+ (the tool
+    /// loads it on Turing and on the emulated device).
     pub const KERNELS_TESTS: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_tests.ptx"));
 
-    /// The same kernels built for `sm_90` natively: what a program built
-    /// for Hopper runs (it uses instructions of sm_80 and later, such as
-    /// `redux.sync` in the free's combining). Same kernels and globals.
-    pub const KERNELS_TESTS_SM90: &str =
-        include_str!(concat!(env!("OUT_DIR"), "/kernels_tests_sm90.ptx"));
+    /// The same kernels built for `sm_80`: what a program built for
+    /// Ampere or later runs (it uses instructions of sm_80 and later, such
+    /// as `redux.sync` in the free's combining; assembled for sm_90 it
+    /// takes the registers a build for sm_90 takes). Same kernels and
+    /// globals.
+    pub const KERNELS_TESTS_SM80: &str =
+        include_str!(concat!(env!("OUT_DIR"), "/kernels_tests_sm80.ptx"));
 
-    /// The module for a GPU of compute capability `cc`: the native sm_90
-    /// build from 9.0 on, else the sm_75 one. The emulated device (0.0)
-    /// gets the sm_75 module (the simulator runs the same Rust either way).
+    /// The module for a GPU of compute capability `cc`: the sm_80 build
+    /// from 8.0 on, else the sm_75 one. The emulated device (0.0) gets the
+    /// sm_75 module (the simulator runs the same Rust either way).
     pub fn for_capability(cc: (i32, i32)) -> &'static str {
-        if cc >= (9, 0) {
-            KERNELS_TESTS_SM90
+        if cc >= (8, 0) {
+            KERNELS_TESTS_SM80
         } else {
             KERNELS_TESTS
         }

@@ -268,7 +268,7 @@ fn main() -> ExitCode {
 
 fn info() -> Result<ExitCode, HostError> {
     println!(
-        "embedded PTX: {} and sm_90 (native, loaded on compute capability 9.0 and later) \
+        "embedded PTX: {} and sm_80 (loaded on compute capability 8.0 and later) \
          ({} kernels: {})",
         ptx::ARCH,
         ptx::KERNEL_NAMES.len(),
@@ -285,8 +285,8 @@ fn info() -> Result<ExitCode, HostError> {
             let i = gpu.info();
             println!("GPU: {i}");
             let module = ptx::for_capability(i.compute_capability);
-            let arch = if module == ptx::KERNELS_TESTS_SM90 {
-                "sm_90"
+            let arch = if module == ptx::KERNELS_TESTS_SM80 {
+                "sm_80"
             } else {
                 ptx::ARCH
             };
