@@ -20,7 +20,8 @@ pub mod ptx {
 
     /// The module for a GPU of compute capability `cc`: the sm_80 build
     /// from 8.0 on, else the sm_75 one. The emulated device (0.0) gets the
-    /// sm_75 module (the simulator runs the same Rust either way).
+    /// sm_75 module (the simulator runs the same Rust either way; which
+    /// architecture's paths it takes is its launches' capability).
     pub fn for_capability(cc: (i32, i32)) -> &'static str {
         if cc >= (8, 0) {
             KERNELS_TESTS_SM80

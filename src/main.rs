@@ -57,6 +57,26 @@ struct ScheduleArgs {
     /// a uniform load) or `random` subsets at every activemask.
     #[arg(long, value_enum, default_value_t = ConvergenceArg::Converged)]
     convergence: ConvergenceArg,
+    /// Simulator compute capability, MAJOR.MINOR: which architecture's
+    /// device paths run (below 8.0, those of the sm_75 module: no
+    /// redux.sync).
+    #[arg(long, default_value = "9.0", value_parser = parse_capability)]
+    capability: (u32, u32),
+}
+
+/// "8.6" as (8, 6).
+fn parse_capability(text: &str) -> Result<(u32, u32), String> {
+    let parse = |part: &str| part.parse::<u32>().ok();
+    match text.split_once('.') {
+        Some((major, minor)) if let (Some(a), Some(b)) = (parse(major), parse(minor)) => {
+            if (a, b) >= (7, 5) {
+                Ok((a, b))
+            } else {
+                Err(format!("{text}: warpalloc's oldest module is for 7.5"))
+            }
+        }
+        _ => Err(format!("{text}: expected MAJOR.MINOR, such as 7.5 or 9.0")),
+    }
 }
 
 impl ScheduleArgs {
@@ -70,6 +90,7 @@ impl ScheduleArgs {
                 ConvergenceArg::Converged => Convergence::Converged,
                 ConvergenceArg::Random => Convergence::Random,
             },
+            capability: self.capability,
         }
     }
 }

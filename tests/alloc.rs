@@ -28,8 +28,9 @@ fn churn_once(seed: u64, shape: &Churn, tune: impl Fn(LaunchConfig) -> LaunchCon
     let mut heap = heap(2 << 30, 32_768);
     let cfg = tune(LaunchConfig::linear(shape.blocks, shape.threads).seed(seed));
     let context = format!(
-        "churn seed {seed:#x} (replay: WARPALLOC_SIM_SEED={seed:#x}), workers {}, {:?}",
-        cfg.workers, cfg.convergence
+        "churn seed {seed:#x} (replay: WARPALLOC_SIM_SEED={seed:#x}), workers {}, {:?}, \
+         capability {:?}",
+        cfg.workers, cfg.convergence, cfg.capability
     );
     let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
     let slots = 512u32;
@@ -49,7 +50,9 @@ fn churn_once(seed: u64, shape: &Churn, tune: impl Fn(LaunchConfig) -> LaunchCon
     );
     run(
         &mut heap,
-        &LaunchConfig::linear(4, 64).seed(seed),
+        &LaunchConfig::linear(4, 64)
+            .seed(seed)
+            .capability(cfg.capability.0, cfg.capability.1),
         drain_transfer::Args {
             stats: stats_buf.kernel_ptr(),
             transfer: transfer.kernel_ptr(),
@@ -107,6 +110,27 @@ fn churn_tiny_sizes_fill_slabs() {
     };
     for seed in seeds(0xc6u64, 3) {
         churn_once(seed, &shape, |c| c);
+    }
+}
+
+/// The churn on sm_75's free path (no `redux.sync`: lanes combine their
+/// bits by runs), with frees from other warps and blocks through the
+/// transfer array, small classes crowding few bitfield words, and random
+/// and converged warps.
+#[test]
+fn churn_on_the_sm75_free_path() {
+    let tiny = Churn {
+        blocks: 8,
+        threads: 96,
+        iterations: 24,
+        max_small: 64,
+        large_one_in: 0,
+    };
+    for seed in seeds(0xc7u64, 3) {
+        churn_once(seed, &tiny, |c| c.capability(7, 5));
+        churn_once(seed, &CHURN, |c| {
+            c.capability(7, 5).convergence(Convergence::Converged)
+        });
     }
 }
 
@@ -299,6 +323,12 @@ fn a_full_slot_table_is_a_clean_out_of_memory() {
 
 #[test]
 fn bad_input_is_refused_and_counted_without_corruption() {
+    for capability in CAPABILITIES {
+        bad_input_is_refused_and_counted_without_corruption_on(capability);
+    }
+}
+
+fn bad_input_is_refused_and_counted_without_corruption_on((major, minor): (u32, u32)) {
     let mut heap = heap(64 * SLAB_SIZE, 64);
     let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
     let outside = heap
@@ -308,7 +338,7 @@ fn bad_input_is_refused_and_counted_without_corruption() {
         .expect("a buffer outside the heap");
     run(
         &mut heap,
-        &LaunchConfig::linear(1, 32).seed(3),
+        &LaunchConfig::linear(1, 32).seed(3).capability(major, minor),
         bad_input::Args {
             stats: stats_buf.kernel_ptr(),
             foreign: outside.kernel_ptr().addr() as u64,
@@ -332,7 +362,7 @@ fn bad_input_is_refused_and_counted_without_corruption() {
     let transfer = buffer::<u64>(&heap, 64);
     run(
         &mut heap,
-        &LaunchConfig::linear(2, 64).seed(4),
+        &LaunchConfig::linear(2, 64).seed(4).capability(major, minor),
         churn::Args {
             stats: stats_buf.kernel_ptr(),
             transfer: transfer.kernel_ptr(),
@@ -465,12 +495,19 @@ fn malloc_and_free_in_one_kernel_leave_the_heap_empty() {
 
 #[test]
 fn a_warp_frees_blocks_of_one_word_with_one_atomic() {
+    for capability in CAPABILITIES {
+        a_warp_frees_blocks_of_one_word_with_one_atomic_on(capability);
+    }
+}
+
+fn a_warp_frees_blocks_of_one_word_with_one_atomic_on((major, minor): (u32, u32)) {
     let mut heap = heap(16 * SLAB_SIZE, 64);
     let ptrs = buffer::<u64>(&heap, 64);
     let cfg = LaunchConfig::linear(1, 64)
         .seed(6)
         .workers(1)
-        .convergence(Convergence::Converged);
+        .convergence(Convergence::Converged)
+        .capability(major, minor);
     *heap
         .launcher_mut()
         .expect("a heap made with a launcher")
@@ -515,7 +552,7 @@ fn a_warp_frees_blocks_of_one_word_with_one_atomic() {
         free_report.simulator.expect("simulator counts"),
     );
     println!(
-        "two warps' malloc (a new slab over RPC): {} steps, {} atomic RMWs, {} atomic loads, \
+        "sm_{major}{minor}: two warps' malloc (a new slab over RPC): {} steps, {} atomic RMWs, {} atomic loads, \
          {} atomic stores; one warp's free of 32 blocks: {} steps, {} RMWs, {} loads, {} stores",
         m.steps,
         m.atomic_rmws,
@@ -528,8 +565,8 @@ fn a_warp_frees_blocks_of_one_word_with_one_atomic() {
     );
     assert!(
         f.atomic_rmws <= 3,
-        "one warp's free of one bitfield word took {} read-modify-writes (lock, one fetch_and, \
-         release: 3)",
+        "sm_{major}{minor}: one warp's free of one bitfield word took {} read-modify-writes \
+         (lock, one fetch_and, release: 3)",
         f.atomic_rmws
     );
     let h = heap.stats().expect("stats");
@@ -544,12 +581,136 @@ fn a_warp_frees_blocks_of_one_word_with_one_atomic() {
         .expect("upload");
     run(
         &mut heap,
-        &LaunchConfig::linear(1, 32),
+        &LaunchConfig::linear(1, 32).capability(major, minor),
         free_only::Args {
             ptrs: rest.kernel_ptr(),
         },
     );
     assert_empty(&mut heap, "malloc_only / free_only");
+}
+
+/// The architectures whose free paths differ (`simt::has_redux`): without
+/// `redux.sync` (sm_75) a warp's lanes combine their bits only when their
+/// blocks sit at one offset from their lane ids; from sm_80 on, whenever
+/// they share a bitfield word.
+const CAPABILITIES: [(u32, u32); 2] = [(7, 5), (9, 0)];
+
+/// One warp frees blocks of one slab in any arrangement, on both free paths:
+/// in reverse lane order (sixteen offsets), as a run (one), and twice in
+/// one call (four lanes free blocks that four others free too). Every
+/// block is freed exactly once; each second free is counted as a double
+/// free; the slab's other blocks stay live. The counts show the policy:
+/// sm_80 and later clear each word once; sm_75 clears each run once.
+#[test]
+fn a_warp_frees_any_arrangement_of_blocks_exactly_once() {
+    for (major, minor) in CAPABILITIES {
+        let mut heap = heap(16 * SLAB_SIZE, 64);
+        let ptrs = buffer::<u64>(&heap, 64);
+        let cfg = LaunchConfig::linear(1, 64)
+            .seed(8)
+            .workers(1)
+            .convergence(Convergence::Converged)
+            .capability(major, minor);
+        run(
+            &mut heap,
+            &cfg,
+            malloc_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+                size: 16,
+            },
+        );
+        let got = read(&heap, &ptrs);
+        assert!(got.iter().all(|&p| p != 0), "a malloc returned null");
+        let mut blocks = got[..32].to_vec();
+        blocks.sort_unstable();
+        assert_eq!(blocks[31] - blocks[0], 31 * 16, "not consecutive: {got:x?}");
+        let one_warp = LaunchConfig::linear(1, 32)
+            .seed(9)
+            .workers(1)
+            .convergence(Convergence::Converged)
+            .capability(major, minor);
+        // Lanes 0..16 free blocks 15..0; lanes 16..24 blocks 16..24.
+        let arranged: Vec<u64> = (0..32)
+            .map(|lane| match lane {
+                0..16 => blocks[15 - lane],
+                16..24 => blocks[lane],
+                _ => 0,
+            })
+            .collect();
+        let f = free_counts(&mut heap, &one_warp, &arranged);
+        let h = heap.stats().expect("stats");
+        assert_eq!(h.device.double_frees + h.device.invalid_frees, 0);
+        assert_eq!(h.live.live_blocks, 64 - 24, "sm_{major}{minor}");
+        // The slot's lock and release, and the clears: blocks 0..24 span
+        // one or two words.
+        let clears = f.atomic_rmws - 2;
+        println!(
+            "sm_{major}{minor}: one warp's free of 16 blocks in reverse lane order and 8 in \
+             order: {} steps, {} RMWs ({clears} clears), {} loads",
+            f.steps, f.atomic_rmws, f.atomic_loads
+        );
+        if (major, minor) >= (8, 0) {
+            assert!(
+                (1..=2).contains(&clears),
+                "sm_{major}{minor}: {clears} clears"
+            );
+        } else {
+            // Sixteen offsets in reverse, and the run on one or two words.
+            assert!(
+                (17..=18).contains(&clears),
+                "sm_{major}{minor}: {clears} clears"
+            );
+        }
+        // Lanes 0..8 free blocks 24..32 and lanes 8..12 free them again;
+        // lanes 12..16 free blocks 0..4 a second time.
+        let twice: Vec<u64> = (0..32)
+            .map(|lane| match lane {
+                0..8 => blocks[24 + lane],
+                8..12 => blocks[24 + lane - 8],
+                12..16 => blocks[lane - 12],
+                _ => 0,
+            })
+            .collect();
+        free_counts(&mut heap, &one_warp, &twice);
+        let h = heap.stats().expect("stats");
+        assert_eq!(
+            (h.device.double_frees, h.device.invalid_frees),
+            (8, 0),
+            "sm_{major}{minor}"
+        );
+        assert_eq!(
+            h.live.live_blocks, 32,
+            "sm_{major}{minor}: the second warp's"
+        );
+        free_counts(&mut heap, &one_warp, &got[32..]);
+        assert_empty(&mut heap, "any arrangement");
+    }
+}
+
+/// Launches `free_only` on `ptrs` (a word per thread of `cfg`) and returns
+/// the simulator's counts of the launch.
+fn free_counts(heap: &mut Heap, cfg: &LaunchConfig, ptrs: &[u64]) -> LaunchStats {
+    let ptrs = heap
+        .launcher()
+        .expect("a heap made with a launcher")
+        .upload(ptrs)
+        .expect("upload");
+    *heap
+        .launcher_mut()
+        .expect("a heap made with a launcher")
+        .simulator_config() = cfg.clone();
+    // SAFETY: a word per thread, each 0 or a block of this heap.
+    let report = unsafe {
+        heap.launch(
+            cfg.grid_dim,
+            cfg.block_dim,
+            free_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+            },
+        )
+    }
+    .expect("free_only");
+    report.simulator.expect("simulator counts")
 }
 
 /// The simulator's counts of one warp's launch of `malloc_only` (`size`

@@ -110,6 +110,34 @@ fn stress_in_the_simulator_reports_ok() {
     assert!(text.contains("stress: OK"), "{text}");
 }
 
+/// The simulator runs the sm_75 paths when asked (`--capability 7.5`: a
+/// free's lanes combine by runs, without `redux.sync`), says so, and every
+/// kernel passes on them with random convergence.
+#[test]
+fn stress_on_the_sm75_paths_reports_ok() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--blocks",
+        "4",
+        "--threads",
+        "64",
+        "--iterations",
+        "4",
+        "--workers",
+        "1",
+        "--convergence",
+        "random",
+        "--capability",
+        "7.5",
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains("compute capability 7.5"), "{text}");
+    assert!(text.contains("stress: OK"), "{text}");
+    let (ok, text) = warpalloc(&["--simulator", "stress", "--capability", "7.0"]);
+    assert!(!ok && text.contains("oldest module is for 7.5"), "{text}");
+}
+
 /// Under a memory cap every kernel passes: nulls are answers, and a
 /// shrinking `realloc` with no memory to move to keeps its block (it once
 /// returned null, which `resize` counted as lost contents). The runs that

@@ -239,19 +239,46 @@ impl Slab {
 
     /// Clears the bits of the blocks that the lanes of `uniform` (all of
     /// which call this together, on this slab) free: `index` is the lane's
-    /// block, `None` for a pointer that is no block of the slab. Lanes whose
-    /// blocks lie in one bitfield word combine their bits at the word's
-    /// lowest lane, which clears them with one `fetch_and`: one atomic per
-    /// word touched, as `allocate`'s `fetch_or`. The combining is one
-    /// `redux.sync.or` per word's group on sm_80 and later (shuffles before:
-    /// [`simt::reduce_or`]). Returns whether this lane's free was real: its
-    /// bit was set, and no lower lane of the call freed the same block;
-    /// `false` is a double free (nothing changed).
+    /// block, `None` for a pointer that is no block of the slab. Lanes
+    /// combine their bits and one lane of each combination clears them with
+    /// one `fetch_and`, as `allocate`'s `fetch_or` sets them. Returns whether
+    /// this lane's free was real: its bit was set and no other lane of the
+    /// call cleared it first; `false` is a double free (nothing changed).
+    /// Of several lanes freeing one block, exactly one gets `true`.
+    ///
+    /// How lanes combine depends on the architecture ([`simt::has_redux`]):
+    /// - with `redux.sync` (sm_80 and later), all lanes on one bitfield word
+    ///   OR their bits together: one atomic per word touched;
+    /// - without (sm_75), lanes combine when their blocks lie on one word
+    ///   *at one offset from their lane ids* (lane `l` frees block `b + l`,
+    ///   as a coalesced malloc handed them out): the combined bits are the
+    ///   group's lane mask rotated by that offset, with no shuffles. A
+    ///   coalesced free is one atomic per word either way; a permuted one
+    ///   takes up to one per lane here. Shuffling the bits together would
+    ///   cost the free path 5 more registers (29 instead of 24 on sm_75),
+    ///   paid by every kernel that frees.
     ///
     /// # Safety
     /// The caller holds a reference to this live slab for each lane, and
     /// every `index` is below the class's `usable`.
+    #[inline(always)]
     pub unsafe fn deallocate(self, uniform: u32, index: Option<u32>) -> bool {
+        if simt::has_redux() {
+            // SAFETY: the caller's contract.
+            unsafe { self.deallocate_by_word(uniform, index) }
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { self.deallocate_by_run(uniform, index) }
+        }
+    }
+
+    /// [`Slab::deallocate`] combining every lane on one word
+    /// ([`simt::reduce_or`]).
+    ///
+    /// # Safety
+    /// As for [`Slab::deallocate`].
+    #[inline(always)]
+    unsafe fn deallocate_by_word(self, uniform: u32, index: Option<u32>) -> bool {
         let me = simt::lane_id();
         let i = index.unwrap_or(u32::MAX);
         // Two lanes freeing one block: the lowest frees it, the other is a
@@ -267,22 +294,77 @@ impl Slab {
         let group = simt::match_any_u32(uniform, word);
         let head = simt::leader(group);
         let combined = simt::reduce_or(group, bit);
+        // SAFETY: the caller's contract; `combined` holds the bits of the
+        // group's blocks, `word` is theirs.
+        let before = unsafe { self.clear_at_head(uniform, head, index.is_some(), word, combined) };
+        bit != 0 && before & bit != 0
+    }
+
+    /// [`Slab::deallocate`] combining the lanes on one word whose blocks sit
+    /// at one offset from their lane ids (a run), by rotating their mask.
+    ///
+    /// # Safety
+    /// As for [`Slab::deallocate`].
+    #[inline(always)]
+    unsafe fn deallocate_by_run(self, uniform: u32, index: Option<u32>) -> bool {
+        let me = simt::lane_id();
+        // The run's key: its word (the block index's upper bits) and the
+        // offset of its bits from its lanes (the lower five), as
+        // `WORD_BITS` divides the index. No block index reaches `u32::MAX`
+        // (`usable` is far below), so `None` lanes form a run of their own.
+        const _: () = assert!(WORD_BITS == 32);
+        let key = match index {
+            Some(i) => (i & !(WORD_BITS - 1)) | (i.wrapping_sub(me) % WORD_BITS),
+            None => u32::MAX,
+        };
+        let run = simt::match_any_u32(uniform, key);
+        let head = simt::leader(run);
+        // Lane `l` of the run frees bit `(l + offset) % 32`: the run's mask
+        // rotated. Two lanes freeing one block differ in their lane ids, so
+        // in their offsets: they are in different runs, whose `fetch_and`s
+        // on the word are ordered, and only the first finds the bit set.
+        let bits = run.rotate_left(key % WORD_BITS);
+        let word = key / WORD_BITS;
+        // SAFETY: the caller's contract; `bits` are the run's blocks, on
+        // `word`, theirs.
+        let before = unsafe { self.clear_at_head(uniform, head, key != u32::MAX, word, bits) };
+        match index {
+            Some(i) => before & (1 << (i % WORD_BITS)) != 0,
+            None => false,
+        }
+    }
+
+    /// The end of both combinings: lane `head` of each group clears `bits`
+    /// on `word` (when `valid`), and every lane gets its head's word as it
+    /// was before.
+    ///
+    /// # Safety
+    /// As for [`Slab::deallocate`]; where `valid`, `word` is a bitfield word
+    /// of the slab and `bits` are the group's blocks on it.
+    #[inline(always)]
+    unsafe fn clear_at_head(
+        self,
+        uniform: u32,
+        head: u32,
+        valid: bool,
+        word: u32,
+        bits: u32,
+    ) -> u32 {
         // The lanes' last accesses to their blocks happen-before what the
-        // head does next: `bar.warp.sync` orders memory among the lanes it
+        // heads do next: `bar.warp.sync` orders memory among the lanes it
         // synchronises.
         simt::syncwarp(uniform);
         let mut before = 0;
-        if me == head && index.is_some() {
+        if simt::lane_id() == head && valid {
             // ORDERING: release (gpu), cumulative: the freeing lanes'
             // accesses to their blocks (ordered before this by the syncwarp)
             // happen-before the next owners' (pairs with the acquire fence at
             // the end of `allocate`).
             fence(Ordering::Release, Scope::Gpu);
             // SAFETY: `index < usable` so the word is in the bitfield.
-            before = unsafe { self.word(word) }.fetch_and(!combined);
+            before = unsafe { self.word(word) }.fetch_and(!bits);
         }
-        let before = simt::shfl_u32(uniform, before, head);
-        bit != 0 && before & bit != 0
+        simt::shfl_u32(uniform, before, head)
     }
 
     /// Whether block `index` is allocated now (its bit is set).

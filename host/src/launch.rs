@@ -189,6 +189,10 @@ fn default_workers() -> usize {
 impl fmt::Display for Launcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}, PTX for {}", self.device.info(), self.target)?;
+        if self.device.info().emulated {
+            let (major, minor) = self.sim.capability;
+            write!(f, ", lanes as on compute capability {major}.{minor}")?;
+        }
         if let Some(why) = &self.why_not_gpu {
             write!(f, " (no GPU: {why})")?;
         }

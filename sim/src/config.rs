@@ -54,7 +54,16 @@ pub struct LaunchConfig {
     /// An opaque word every lane can read with [`crate::binding`]: how a host
     /// binds per-launch device state (a heap) to the kernel.
     pub binding: usize,
+    /// The compute capability (major, minor) the lanes see with
+    /// [`crate::capability`]: device code that takes a different path per
+    /// architecture (`redux.sync` from 8.0 on) takes the one a GPU of this
+    /// capability would.
+    pub capability: (u32, u32),
 }
+
+/// The simulator's default [`LaunchConfig::capability`]: 9.0, the Hopper
+/// GPUs the project checks on.
+pub const DEFAULT_CAPABILITY: (u32, u32) = (9, 0);
 
 impl LaunchConfig {
     /// A deterministic launch of `grid_dim` blocks of `block_dim` threads, with
@@ -78,6 +87,7 @@ impl LaunchConfig {
             watchdog: Duration::from_secs(if cfg!(miri) { 4 * 3600 } else { 120 }),
             max_steps: None,
             binding: 0,
+            capability: DEFAULT_CAPABILITY,
         }
     }
 
@@ -137,6 +147,12 @@ impl LaunchConfig {
     /// Sets the word lanes read with [`crate::binding`].
     pub fn binding(mut self, binding: usize) -> Self {
         self.binding = binding;
+        self
+    }
+
+    /// Sets the compute capability lanes see with [`crate::capability`].
+    pub fn capability(mut self, major: u32, minor: u32) -> Self {
+        self.capability = (major, minor);
         self
     }
 

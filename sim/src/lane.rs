@@ -105,6 +105,7 @@ pub(crate) struct LaneCtx {
     pub(crate) block_dim: (u32, u32, u32),
     pub(crate) grid_dim: (u32, u32, u32),
     pub(crate) binding: usize,
+    pub(crate) capability: (u32, u32),
     pub(crate) clock: Arc<Clock>,
     pub(crate) accesses: Arc<Accesses>,
 }
@@ -193,6 +194,12 @@ pub fn grid_dim() -> (u32, u32, u32) {
 /// outside a launch.
 pub fn binding() -> usize {
     with_ctx(|c| c.binding).unwrap_or(0)
+}
+
+/// The launch's compute capability (see [`crate::LaunchConfig::capability`]);
+/// [`crate::DEFAULT_CAPABILITY`] outside a launch.
+pub fn capability() -> (u32, u32) {
+    with_ctx(|c| c.capability).unwrap_or(crate::DEFAULT_CAPABILITY)
 }
 
 /// A clock in nanoseconds: virtual (scheduling steps) in deterministic

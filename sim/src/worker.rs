@@ -313,6 +313,7 @@ impl<'a> Worker<'a> {
                     block_dim: cfg.block_dim,
                     grid_dim: cfg.grid_dim,
                     binding: cfg.binding,
+                    capability: cfg.capability,
                     clock: Arc::clone(&self.clock),
                     accesses: Arc::clone(&self.accesses),
                 });

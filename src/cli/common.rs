@@ -7,7 +7,7 @@ use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{Buffer, HostError, Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats};
-use warpalloc_sim::Convergence;
+use warpalloc_sim::{Convergence, LaunchConfig};
 
 /// The simulator's schedule for a run.
 #[derive(Clone, Copy, Debug)]
@@ -15,6 +15,19 @@ pub struct Schedule {
     pub seed: u64,
     pub workers: usize,
     pub convergence: Convergence,
+    /// The compute capability the simulated lanes see (which architecture's
+    /// device paths run).
+    pub capability: (u32, u32),
+}
+
+impl Schedule {
+    /// Writes the schedule into a simulator launch configuration.
+    pub fn apply(&self, cfg: &mut LaunchConfig) {
+        cfg.seed = self.seed;
+        cfg.workers = self.workers.max(1);
+        cfg.convergence = self.convergence;
+        cfg.capability = self.capability;
+    }
 }
 
 /// Opens a heap where `prefer` says, with the simulator's `schedule`.
@@ -26,10 +39,7 @@ pub fn open_heap(
     let mut launcher = Launcher::new_with(prefer, |info| {
         warpalloc_tool::ptx::for_capability(info.compute_capability)
     })?;
-    let cfg = launcher.simulator_config();
-    cfg.seed = schedule.seed;
-    cfg.workers = schedule.workers.max(1);
-    cfg.convergence = schedule.convergence;
+    schedule.apply(launcher.simulator_config());
     Heap::new(launcher, config)
 }
 

@@ -20,10 +20,7 @@ pub fn demo(
 ) -> Result<ExitCode, HostError> {
     let mut launcher =
         Launcher::new_with(prefer, |info| ptx::for_capability(info.compute_capability))?;
-    let cfg = launcher.simulator_config();
-    cfg.seed = schedule.seed;
-    cfg.workers = schedule.workers.max(1);
-    cfg.convergence = schedule.convergence;
+    schedule.apply(launcher.simulator_config());
     let (seed, workers) = (schedule.seed, schedule.workers.max(1));
     let total = u64::from(blocks) * u64::from(threads);
     let Ok(total_words) = usize::try_from(total) else {
@@ -41,7 +38,8 @@ pub fn demo(
     let replay = if workers == 1 { ", replayable" } else { "" };
     println!(
         "  simulator schedule (emulated device only): seed {seed:#x}, {workers} worker(s), \
-         {policy}{replay}"
+         {policy}{replay}, compute capability {}.{}",
+        schedule.capability.0, schedule.capability.1
     );
     println!("  grid   : {blocks} blocks × {threads} threads = {total} threads");
     let counter = launcher.alloc_zeroed::<u32>(1)?;

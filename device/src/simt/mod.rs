@@ -219,6 +219,15 @@ pub fn shfl_ptr<T>(lane_mask: u32, ptr: *mut T, src_lane: u32) -> *mut T {
     ptr.with_addr(addr as usize)
 }
 
+/// Whether [`reduce_or`] is one instruction (`redux.sync`, sm_80 and
+/// later) rather than shuffles. A constant on the GPU (the module's target);
+/// in the simulator, the launch's compute capability, so that both sides of
+/// every branch on it run in tests.
+#[inline(always)]
+pub fn has_redux() -> bool {
+    imp::has_redux()
+}
+
 /// The OR of `value` over the lanes of `lane_mask`, to each of them. All
 /// lanes of `lane_mask` call together, with the same mask; other lanes of
 /// the warp may call at the same time with masks of their own (the groups

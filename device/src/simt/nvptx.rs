@@ -172,6 +172,11 @@ pub(super) fn shfl_u64(lane_mask: u32, value: u64, src_lane: u32) -> u64 {
 }
 
 #[inline(always)]
+pub(super) fn has_redux() -> bool {
+    cfg!(target_feature = "sm_80")
+}
+
+#[inline(always)]
 pub(super) fn reduce_or(lane_mask: u32, value: u32) -> u32 {
     // SAFETY: as for `ballot`.
     #[cfg(target_feature = "sm_80")]

@@ -75,6 +75,12 @@ pub(super) fn shfl_u64(lane_mask: u32, value: u64, src_lane: u32) -> u64 {
     sim::shfl(lane_mask, value, src_lane)
 }
 
+/// As a GPU of the launch's compute capability.
+#[inline]
+pub(super) fn has_redux() -> bool {
+    sim::capability() >= (8, 0)
+}
+
 #[track_caller]
 pub(super) fn reduce_or(lane_mask: u32, value: u32) -> u32 {
     super::reduce_or_by_shuffles(lane_mask, value)
