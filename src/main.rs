@@ -62,6 +62,10 @@ struct ScheduleArgs {
     /// redux.sync).
     #[arg(long, default_value = "9.0", value_parser = parse_capability)]
     capability: (u32, u32),
+    /// Simulator wall-clock limit per launch, in seconds (default 120): a
+    /// launch past it fails with where each lane waits.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    watchdog: Option<u64>,
 }
 
 /// "8.6" as (8, 6).
@@ -91,6 +95,7 @@ impl ScheduleArgs {
                 ConvergenceArg::Random => Convergence::Random,
             },
             capability: self.capability,
+            watchdog: self.watchdog.map(std::time::Duration::from_secs),
         }
     }
 }

@@ -138,6 +138,33 @@ fn stress_on_the_sm75_paths_reports_ok() {
     assert!(!ok && text.contains("oldest module is for 7.5"), "{text}");
 }
 
+/// `--watchdog` sets the simulator's wall-clock limit: a run far longer
+/// than one second stops at it with the simulator's report, and exits
+/// non-zero, instead of running on.
+#[test]
+fn the_watchdog_option_stops_a_long_simulation() {
+    let started = std::time::Instant::now();
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "churn",
+        "--blocks",
+        "64",
+        "--threads",
+        "256",
+        "--iterations",
+        "100000",
+        "--watchdog",
+        "1",
+    ]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("watchdog"), "{text}");
+    assert!(started.elapsed().as_secs() < 60, "{text}");
+    let (ok, text) = warpalloc(&["--simulator", "stress", "--watchdog", "0"]);
+    assert!(!ok && text.contains("--watchdog"), "{text}");
+}
+
 /// Under a memory cap every kernel passes: nulls are answers, and a
 /// shrinking `realloc` with no memory to move to keeps its block (it once
 /// returned null, which `resize` counted as lost contents). The runs that

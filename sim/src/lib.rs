@@ -52,6 +52,13 @@
 //! * A launch that runs past its watchdog (wall time, or `max_steps` scheduling
 //!   steps) fails with where each lane waits.
 //!
+//! # Architecture
+//!
+//! Every collective behaves as on sm_70 and later. Device code that takes a
+//! different path per architecture (`warpalloc-device`'s `simt::has_redux`)
+//! asks [`capability`], the launch's [`LaunchConfig::capability`] (default
+//! [`DEFAULT_CAPABILITY`], 9.0), so that tests run each path.
+//!
 //! Outside a launch (plain host code calling device functions) the caller is lane
 //! 0 of a one-lane warp: `activemask() == 1`, collectives with mask 1 return at
 //! once, and a mask naming any other lane panics with a clear message.

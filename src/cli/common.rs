@@ -18,6 +18,8 @@ pub struct Schedule {
     /// The compute capability the simulated lanes see (which architecture's
     /// device paths run).
     pub capability: (u32, u32),
+    /// The simulator's wall-clock limit per launch (`None`: its default).
+    pub watchdog: Option<Duration>,
 }
 
 impl Schedule {
@@ -27,6 +29,9 @@ impl Schedule {
         cfg.workers = self.workers.max(1);
         cfg.convergence = self.convergence;
         cfg.capability = self.capability;
+        if let Some(limit) = self.watchdog {
+            cfg.watchdog = limit;
+        }
     }
 }
 
