@@ -12,8 +12,9 @@ use warpalloc_device::sim::{Convergence, LaunchConfig, LaunchStats, seeds};
 use warpalloc_device::size_class::SLAB_SIZE;
 use warpalloc_host::Buffer;
 use warpalloc_kernels_tests::stress::{
-    STATS_WORDS, SWEEP_SIZES, Stats, aligned, bad_input, churn, drain, drain_transfer, fill,
-    free_only, freed_queries, malloc_free_once, malloc_only, malloc_sizes, resize, size_sweep,
+    STATS_WORDS, SWEEP_SIZES, Stats, aligned, bad_input, churn, drain, drain_transfer,
+    duplicate_frees, fill, free_only, freed_queries, malloc_free_once, malloc_only, malloc_sizes,
+    resize, size_sweep,
 };
 
 struct Churn {
@@ -375,7 +376,7 @@ fn bad_input_is_refused_and_counted_without_corruption_on((major, minor): (u32, 
     );
     run(
         &mut heap,
-        &LaunchConfig::linear(1, 64),
+        &LaunchConfig::linear(1, 64).capability(major, minor),
         drain_transfer::Args {
             stats: stats_buf.kernel_ptr(),
             transfer: transfer.kernel_ptr(),
@@ -684,6 +685,51 @@ fn a_warp_frees_any_arrangement_of_blocks_exactly_once() {
         );
         free_counts(&mut heap, &one_warp, &got[32..]);
         assert_empty(&mut heap, "any arrangement");
+    }
+}
+
+/// Duplicate frees inside one call, on both free paths, while other warps
+/// allocate and free blocks of the same class: of each pair of lanes that
+/// free one block together exactly one frees it and the other is counted
+/// as a double free, and no block another warp took in the meantime loses
+/// its bit (which would give it two owners: a broken pattern, or counts the
+/// heap's check refuses). Random convergence, two workers, many seeds.
+#[test]
+fn duplicate_frees_in_one_call_never_free_another_warps_block() {
+    const ROUNDS: u32 = 12;
+    for (major, minor) in CAPABILITIES {
+        for seed in seeds(0xd0u64, 32) {
+            // One slab of 32 KiB blocks (63, two bitfield words) for 64
+            // lanes: the odd warp's mallocs wait for the bits the even warp
+            // clears.
+            let mut heap = heap(SLAB_SIZE, 64);
+            let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+            let cfg = LaunchConfig::linear(1, 64)
+                .seed(seed)
+                .workers(1)
+                .capability(major, minor);
+            run(
+                &mut heap,
+                &cfg,
+                duplicate_frees::Args {
+                    stats: stats_buf.kernel_ptr(),
+                    size: 32 << 10,
+                    rounds: ROUNDS,
+                },
+            );
+            let context = format!("sm_{major}{minor}, seed {seed:#x}");
+            let s = stats(&heap, &stats_buf);
+            let e = errors(&heap);
+            assert_eq!((s.corrupt, s.broken), (0, 0), "{context}: {s:?}");
+            assert_eq!(s.allocs, s.frees, "{context}: {s:?}");
+            // One even warp, sixteen pairs, every round.
+            assert_eq!(
+                (e.double_frees, e.invalid_frees),
+                (16 * u64::from(ROUNDS), 0),
+                "{context}: {e:?}"
+            );
+            assert_empty(&mut heap, &context);
+        }
     }
 }
 

@@ -242,9 +242,11 @@ impl Slab {
     /// block, `None` for a pointer that is no block of the slab. Lanes
     /// combine their bits and one lane of each combination clears them with
     /// one `fetch_and`, as `allocate`'s `fetch_or` sets them. Returns whether
-    /// this lane's free was real: its bit was set and no other lane of the
-    /// call cleared it first; `false` is a double free (nothing changed).
-    /// Of several lanes freeing one block, exactly one gets `true`.
+    /// this lane's free was real: its bit was set and no lower lane of the
+    /// call freed the same block; `false` is a double free (nothing
+    /// changed). Of several lanes freeing one block in one call only the
+    /// lowest clears its bit, so a block that another warp allocates while
+    /// the call runs keeps its bit.
     ///
     /// How lanes combine depends on the architecture ([`simt::has_redux`]):
     /// - with `redux.sync` (sm_80 and later), all lanes on one bitfield word
@@ -308,30 +310,33 @@ impl Slab {
     #[inline(always)]
     unsafe fn deallocate_by_run(self, uniform: u32, index: Option<u32>) -> bool {
         let me = simt::lane_id();
+        // Two lanes freeing one block: the lowest frees it, the other is a
+        // double free and clears nothing. (Letting both clear, in different
+        // runs, would let another warp's malloc take the block between the
+        // two clears and lose its bit to the second.)
+        let i = index.unwrap_or(u32::MAX);
+        let first = simt::leader(simt::match_any_u32(uniform, i)) == me;
         // The run's key: its word (the block index's upper bits) and the
         // offset of its bits from its lanes (the lower five), as
         // `WORD_BITS` divides the index. No block index reaches `u32::MAX`
-        // (`usable` is far below), so `None` lanes form a run of their own.
+        // (`usable` is far below), so lanes with nothing to clear form a
+        // run of their own.
         const _: () = assert!(WORD_BITS == 32);
         let key = match index {
-            Some(i) => (i & !(WORD_BITS - 1)) | (i.wrapping_sub(me) % WORD_BITS),
-            None => u32::MAX,
+            Some(i) if first => (i & !(WORD_BITS - 1)) | (i.wrapping_sub(me) % WORD_BITS),
+            _ => u32::MAX,
         };
         let run = simt::match_any_u32(uniform, key);
         let head = simt::leader(run);
         // Lane `l` of the run frees bit `(l + offset) % 32`: the run's mask
-        // rotated. Two lanes freeing one block differ in their lane ids, so
-        // in their offsets: they are in different runs, whose `fetch_and`s
-        // on the word are ordered, and only the first finds the bit set.
+        // rotated (distinct lanes at one offset: distinct bits).
         let bits = run.rotate_left(key % WORD_BITS);
         let word = key / WORD_BITS;
+        let clears = key != u32::MAX;
         // SAFETY: the caller's contract; `bits` are the run's blocks, on
         // `word`, theirs.
-        let before = unsafe { self.clear_at_head(uniform, head, key != u32::MAX, word, bits) };
-        match index {
-            Some(i) => before & (1 << (i % WORD_BITS)) != 0,
-            None => false,
-        }
+        let before = unsafe { self.clear_at_head(uniform, head, clears, word, bits) };
+        clears && before & (1 << (i % WORD_BITS)) != 0
     }
 
     /// The end of both combinings: lane `head` of each group clears `bits`

@@ -719,6 +719,75 @@ kernel! {
 }
 
 kernel! {
+    /// Duplicate frees in one call racing with other warps' mallocs. Even
+    /// warps: each lane takes `size` bytes and checks its pattern, then lanes
+    /// `2k` and `2k + 1` both free lane `2k`'s block in one call of the
+    /// whole warp (one free and one double free), and the odd lanes free
+    /// their own; a null is tried again until a block comes. Odd warps: take
+    /// `size` bytes (a null is tried again next round), write, check and
+    /// free; nulls are counted in `stats[2]`. `rounds` times, one class. Were
+    /// a duplicate's bit cleared after an odd warp took the block again, the
+    /// block would have two owners: a broken pattern (`stats[3]`) or counts
+    /// that the heap's check refuses. Whole warps.
+    pub fn duplicate_frees(stats: *mut u64, size: u32, rounds: u32) {
+        let size = size as usize;
+        let me = simt::global_thread_id() as u32;
+        let lane = simt::lane_id();
+        let whole = simt::warp_mask();
+        let even = simt::warp_id().is_multiple_of(2);
+        for round in 0..rounds {
+            let mut p = malloc(size);
+            // A full heap: the odd warps try again next round; the even
+            // warps wait for the odd warps' frees (which always come).
+            while p.is_null() && even {
+                count(stats, 2, 1);
+                simt::nanosleep(1000);
+                p = malloc(size);
+            }
+            if p.is_null() {
+                count(stats, 2, 1);
+            } else {
+                count(stats, 0, 1);
+                // SAFETY: a fresh block of `size` bytes, ours.
+                unsafe { write_pattern(p, size, me, round) };
+            }
+            if !even {
+                if !p.is_null() {
+                    // SAFETY: ours, just written.
+                    unsafe { check_and_free(stats, p, size, me, round) };
+                }
+                continue;
+            }
+            // SAFETY: ours (or null), just written.
+            if !p.is_null() && !unsafe { check_pattern(p, size, me, round) } {
+                count(stats, 3, 1);
+            }
+            // Every lane of the warp has its block (or null) before any
+            // frees one.
+            simt::syncwarp(whole);
+            let pair = simt::shfl_ptr(whole, p, lane & !1);
+            // Lane `2k`'s block, freed by both lanes of the pair in one call
+            // of the whole warp (the heap's own entry, with the mask: `free`
+            // would pass `activemask()`, which may split the pair into two
+            // calls, and a second free after another warp took the block
+            // again is not detectable). The bad input under test; null:
+            // nothing.
+            if let Some(heap) = warpalloc_device::heap() {
+                heap.deallocate(whole, pair);
+            }
+            if lane.is_multiple_of(2) && !pair.is_null() {
+                count(stats, 1, 1);
+            }
+            if !lane.is_multiple_of(2) && !p.is_null() {
+                // SAFETY: our own block, not freed yet.
+                unsafe { free(p) };
+                count(stats, 1, 1);
+            }
+        }
+    }
+}
+
+kernel! {
     /// The malloc path alone: each thread takes `size` bytes and stores the
     /// address in `ptrs[thread]` (0 when null). For ptxas budgets and the
     /// simulator's per-operation counts.

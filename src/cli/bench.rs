@@ -193,9 +193,20 @@ fn alloc_free_case(
         sim_steps_per_pair: per.steps,
         sim_rmws_per_pair: per.rmws,
         sim_loads_per_pair: per.loads,
-        note: String::new(),
+        // The kernel adds its four counters once per thread.
+        note: kernel_rmws_note(per.rmws, 4.0 / f64::from(rounds.max(1))),
         error: None,
     })
+}
+
+/// What part of a simulated row's atomics per pair are the kernel's own
+/// counters rather than the allocator's (empty on a GPU, which has no
+/// counts).
+fn kernel_rmws_note(rmws: Option<f64>, kernel_per_pair: f64) -> String {
+    match rmws {
+        Some(_) => format!("RMWs include the kernel's counters: {kernel_per_pair:.1}/pair"),
+        None => String::new(),
+    }
 }
 
 /// One block of `size` bytes per thread, all live at once, then freed: peak
@@ -291,7 +302,11 @@ fn mixed_case(
         sim_steps_per_pair: per.steps,
         sim_rmws_per_pair: per.rmws,
         sim_loads_per_pair: per.loads,
-        note: "pattern written and checked per block".into(),
+        // Three counters per pair: allocations, bytes, frees.
+        note: match kernel_rmws_note(per.rmws, 3.0) {
+            rmws if rmws.is_empty() => "pattern written and checked per block".into(),
+            rmws => format!("pattern written and checked per block; {rmws}"),
+        },
         error: None,
     })
 }
@@ -454,7 +469,10 @@ pub fn bench(
         };
         let row =
             alloc_free_case(prefer, schedule, pool, most, a.block, size, a.rounds).map(|mut r| {
-                r.note = "pool: 64 slabs mapped before launch".into();
+                r.note = match r.note.as_str() {
+                    "" => "pool: 64 slabs mapped before launch".into(),
+                    rmws => format!("pool: 64 slabs mapped before launch; {rmws}"),
+                };
                 r
             });
         push(row, "alloc_free pool", most, size.into(), size.into());
