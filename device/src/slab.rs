@@ -290,6 +290,7 @@ impl Slab {
             Some(i) if first => 1u32 << (i % WORD_BITS),
             _ => 0,
         };
+        check_cleared_once(uniform, i, bit != 0);
         // The lanes on my word; the lowest of them (the head) clears their
         // bits, ORed over the group.
         let word = i / WORD_BITS;
@@ -326,6 +327,7 @@ impl Slab {
             Some(i) if first => (i & !(WORD_BITS - 1)) | (i.wrapping_sub(me) % WORD_BITS),
             _ => u32::MAX,
         };
+        check_cleared_once(uniform, i, key != u32::MAX);
         let run = simt::match_any_u32(uniform, key);
         let head = simt::leader(run);
         // Lane `l` of the run frees bit `(l + offset) % 32`: the run's mask
@@ -392,6 +394,28 @@ impl Slab {
         // SAFETY: the caller's contract.
         unsafe { self.header() }.geometry()
     }
+}
+
+/// The invariant behind a free's combining, checked in the simulator's
+/// debug builds: no block is cleared by two lanes of one call (`clears`:
+/// lane's bit for block `index` goes into its group's `fetch_and`).
+/// Otherwise a block that another warp allocates between the two clears
+/// would lose its bit to the second — a window too narrow for a stress run
+/// to hit, so the equation is checked instead. Panics (a simulator report)
+/// when broken; nothing in release builds or on the GPU.
+#[inline(always)]
+fn check_cleared_once(uniform: u32, index: u32, clears: bool) {
+    #[cfg(all(debug_assertions, not(target_arch = "nvptx64")))]
+    {
+        // No block index is `u32::MAX` (`usable` is far below).
+        let same = simt::match_any_u32(uniform, if clears { index } else { u32::MAX });
+        assert!(
+            !clears || same.count_ones() == 1,
+            "block {index} cleared by lanes {same:#x} of one free"
+        );
+    }
+    #[cfg(not(all(debug_assertions, not(target_arch = "nvptx64"))))]
+    let _ = (uniform, index, clears);
 }
 
 /// Lanes `0..n` as a mask (`n` up to 32).
