@@ -18,7 +18,7 @@
 //! and cleared by exactly one (whose `fetch_and` turned it from 1 to 0).
 
 use crate::index::{OFFSET_BITS, divide, reduce, wrap};
-use crate::simt::{self, Backoff, Scope};
+use crate::simt::{self, Scope};
 use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SIZE, WORD_BITS, class_index, geometry};
 use crate::sync::{AtomicU32, Ordering, fence};
 
@@ -180,7 +180,6 @@ impl Slab {
         let mut start = if first < bits { first } else { 0 };
         let mut result = 0u64;
         let mut waiting = uniform;
-        let mut backoff = Backoff::new();
         while waiting != 0 {
             if result == 0 {
                 // Lanes still looking: `waiting`, all of them here.
@@ -223,7 +222,8 @@ impl Slab {
                     let mut next = word * WORD_BITS + free.trailing_zeros();
                     if free == 0 || next >= bits {
                         next = reduce(xorshift32(&mut state), bits) & !(WORD_BITS - 1);
-                        backoff.snooze();
+                        // A drawn wait (no backoff state in the walk).
+                        simt::snooze_drawn(state);
                     }
                     start = simt::shfl_u32(still, next, simt::leader(still));
                 }

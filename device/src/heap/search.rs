@@ -104,6 +104,9 @@ const NO_MEMORY: u32 = 3;
 /// included — had room for fewer lanes than the group).
 const RETRY: u32 = 4;
 
+// A creation returns a slab or, below any slab's address, an outcome.
+const _: () = assert!((RETRY as u64) < SLAB_SIZE && (NO_MEMORY as u64) < SLAB_SIZE);
+
 /// Marks of `empties` a claim tries before asking the host (a mark is
 /// stale when its slab's class took the slab again).
 const TAKE_OVER_TRIES: u32 = 4;
@@ -173,9 +176,15 @@ impl DeviceHeap {
     /// being created (by their own warp, perhaps: waiting inside the scan
     /// could deadlock) scan again from the class's hint — which creators
     /// move to their new slab.
+    ///
+    /// Inlined into the kernel: out of line, ptxas gives the kernel's own
+    /// state (a loop's counters, say) registers above everything this
+    /// touches; inlined, it can share them. Measured with the stress loop
+    /// `alloc_free`: 55 registers out of line, 48 inlined (sm_90); see
+    /// BENCHMARKS.md.
+    #[inline(always)]
     pub(super) fn allocate_small(&self, lane_mask: u32, class: usize) -> u64 {
         let mut pending = lane_mask;
-        let mut backoff = simt::Backoff::new();
         // The heap and the class pass through `opaque` at each round, and
         // what the round computes from them is computed in it, not kept
         // live across the rounds (nor across the block's walk after them).
@@ -190,7 +199,22 @@ impl DeviceHeap {
                 // Claimed: `found.reserved` is the claimed slot. Nothing:
                 // the group takes an empty slab over in its slot. Either
                 // way, the whole group.
-                (found, outcome) = heap.create(group, found.reserved, class, outcome == NOTHING);
+                // The new slab (2 MiB aligned), or the outcome below it.
+                let made = heap.create(group, found.reserved, class, outcome == NOTHING);
+                let served = simt::ballot(group, made >= SLAB_SIZE);
+                (found, outcome) = if made >= SLAB_SIZE {
+                    // The group's first lanes, as many as the class's
+                    // blocks: positions 1.. after the publication.
+                    let rank = (group & simt::lanemask_lt()).count_ones();
+                    let found = Found {
+                        slab: made,
+                        reserved: rank + 1,
+                        uniform: served,
+                    };
+                    (found, FOUND)
+                } else {
+                    (Found::NONE, made as u32)
+                };
             }
             let again = outcome == NO_MEMORY || outcome == RETRY;
             pending = simt::ballot(pending, again);
@@ -207,8 +231,8 @@ impl DeviceHeap {
             }
             // The lanes of `pending`, all of them here. No memory: the next
             // scan looks at existing slabs only (the exhausted mark says
-            // so).
-            backoff.snooze();
+            // so). A drawn wait: no backoff state lives across the rounds.
+            simt::snooze_drawn(simt::clock() as u32);
         }
     }
 
@@ -350,15 +374,19 @@ impl DeviceHeap {
 
     /// The lanes of `group` (all calling) claimed slot `index`: they get a
     /// slab (an empty one taken over, the pool's, or the host's), zero its
-    /// bitfield together and publish it with a reservation each. FOUND, or
-    /// NO_MEMORY (the claim given up, the heap marked exhausted).
+    /// bitfield together and publish it with a reservation each. Returns
+    /// the slab (FOUND: the lane's position is its rank in the group plus
+    /// one), or NO_MEMORY (the claim given up, the heap marked exhausted)
+    /// as a number below any slab's address: one word, which a call
+    /// returns in a register (a `Found` and an outcome went through the
+    /// stack).
     ///
     /// With `adopt`, the group found nothing and claimed no slot (a full
     /// slot table, or an exhausted heap's window): it takes over an empty
     /// slab that `empties` names, keeping it in its slot (which then shows
-    /// "being created"), and builds its own slab there from it. FOUND, or
-    /// NOTHING when no empty slab could be had.
-    fn create(&self, group: u32, index: u32, class: usize, adopt: bool) -> (Found, u32) {
+    /// "being created"), and builds its own slab there from it. The slab,
+    /// or NOTHING when no empty slab could be had.
+    fn create(&self, group: u32, index: u32, class: usize, adopt: bool) -> u64 {
         let leader = simt::leader(group);
         let mut got = 0u64;
         if simt::lane_id() == leader {
@@ -367,7 +395,7 @@ impl DeviceHeap {
         let got = simt::shfl_u64(group, got, leader);
         let slab = (got >> 32) << SLAB_SHIFT;
         if slab == 0 {
-            return (Found::NONE, if adopt { NOTHING } else { NO_MEMORY });
+            return u64::from(if adopt { NOTHING } else { NO_MEMORY });
         }
         let index = (got as u32) >> CLEAN_BITS;
         let clean_words = got as u32 & CLEAN_MASK;
@@ -406,15 +434,8 @@ impl DeviceHeap {
     /// kept by a takeover) and `slab`: they zero its bitfield from
     /// `clean_words` on, the leader names the slot in the granule table,
     /// points the class's hint at it and publishes it with a reservation
-    /// per lane. FOUND, or RETRY for the lanes beyond the class's blocks.
-    fn build(
-        &self,
-        group: u32,
-        index: u32,
-        class: usize,
-        slab: u64,
-        clean_words: u32,
-    ) -> (Found, u32) {
+    /// per lane. The slab, or RETRY for the lanes beyond the class's blocks.
+    fn build(&self, group: u32, index: u32, class: usize, slab: u64, clean_words: u32) -> u64 {
         let leader = simt::leader(group);
         // SAFETY: the group owns the slot's new slab exclusively.
         unsafe { Slab(slab).init(group, geometry(class), index, clean_words) };
@@ -437,16 +458,9 @@ impl DeviceHeap {
             self.release_slot(index, spare.count_ones());
         }
         if !fits {
-            return (Found::NONE, RETRY);
+            return u64::from(RETRY);
         }
-        (
-            Found {
-                slab,
-                reserved,
-                uniform: group & !spare,
-            },
-            FOUND,
-        )
+        slab
     }
 
     /// Whether a slab can be had without the host: a slot is marked empty,

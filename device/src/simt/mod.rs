@@ -365,6 +365,17 @@ pub fn snooze_after(tries: u32) {
     crate::sync::snooze(BACKOFF_MIN << tries.min(DOUBLINGS));
 }
 
+/// A wait drawn, not grown: one of [`Backoff::new`]'s waits chosen by the
+/// low three bits of `random` (32 ns to 1 µs, 1 µs for three of the eight),
+/// for a retry loop that keeps no backoff state live across its rounds.
+/// Where a loop's registers add to the caller's (the allocator's slow
+/// paths), that state cost a register on every kernel (BENCHMARKS.md).
+#[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+pub fn snooze_drawn(random: u32) {
+    snooze_after(random & 7);
+}
+
 impl Default for Backoff {
     fn default() -> Self {
         Self::new()
