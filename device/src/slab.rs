@@ -173,7 +173,7 @@ impl Slab {
     /// whose position is ≤ `geo.usable`), so a free bit exists for it.
     pub unsafe fn allocate(self, uniform: u32, reserved: u32, geo: Geometry) -> u64 {
         let bits = geo.usable.max(1);
-        let mut state = entropy();
+        let mut state = simt::draw();
         let lead = simt::leader(uniform);
         let first = simt::shfl_u32(uniform, reserved.saturating_sub(1), lead);
         // A position is at most `usable` (the caller's contract).
@@ -222,8 +222,9 @@ impl Slab {
                     let mut next = word * WORD_BITS + free.trailing_zeros();
                     if free == 0 || next >= bits {
                         next = reduce(xorshift32(&mut state), bits) & !(WORD_BITS - 1);
-                        // A drawn wait (no backoff state in the walk).
-                        simt::snooze_drawn(state);
+                        // A drawn wait, 32 to 256 ns (no backoff state in
+                        // the walk): the next try is at another word.
+                        simt::snooze_after(state >> 30);
                     }
                     start = simt::shfl_u32(still, next, simt::leader(still));
                 }
@@ -422,16 +423,6 @@ fn check_cleared_once(uniform: u32, index: u32, clears: bool) {
 #[inline(always)]
 fn lanes_below(n: u32) -> u32 {
     if n >= 32 { u32::MAX } else { (1u32 << n) - 1 }
-}
-
-/// A per-lane seed: the clock mixed with the warp's slot and the lane.
-#[inline(always)]
-fn entropy() -> u32 {
-    let seed = (simt::clock() as u32
-        ^ simt::warp_slot().wrapping_mul(0x8515_7af5)
-        ^ simt::lane_id().wrapping_mul(0x632b_e59b))
-    .wrapping_mul(0x9e37_79bb);
-    if seed == 0 { 0x9e37_79bb } else { seed }
 }
 
 /// xorshift32 with a multiplicative finish.

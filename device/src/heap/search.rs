@@ -232,7 +232,7 @@ impl DeviceHeap {
             // The lanes of `pending`, all of them here. No memory: the next
             // scan looks at existing slabs only (the exhausted mark says
             // so). A drawn wait: no backoff state lives across the rounds.
-            simt::snooze_drawn(simt::clock() as u32);
+            simt::snooze_drawn(simt::draw());
         }
     }
 
@@ -402,7 +402,7 @@ impl DeviceHeap {
         self.build(group, index, class, slab, clean_words)
     }
 
-    /// The leader's part of [`DeviceHeap::create`], out of line: the slab,
+    /// The leader's part of [`DeviceHeap::create`]: the slab,
     /// in slab units in the high word, the slot it is to go in and the
     /// bitfield words known to be zero in the low (`index << CLEAN_BITS |
     /// clean_words`); or 0.

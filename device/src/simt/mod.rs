@@ -366,14 +366,29 @@ pub fn snooze_after(tries: u32) {
 }
 
 /// A wait drawn, not grown: one of [`Backoff::new`]'s waits chosen by the
-/// low three bits of `random` (32 ns to 1 µs, 1 µs for three of the eight),
+/// top three bits of `random` (32 ns to 1 µs, 1 µs for three of the eight),
 /// for a retry loop that keeps no backoff state live across its rounds.
 /// Where a loop's registers add to the caller's (the allocator's slow
 /// paths), that state cost a register on every kernel (BENCHMARKS.md).
+/// `random` should be [`draw`]'s or a generator's, not a raw clock (whose
+/// low bits may not move).
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 pub fn snooze_drawn(random: u32) {
-    snooze_after(random & 7);
+    snooze_after(random >> 29);
+}
+
+/// 32 random-looking bits, each depending on the clock, the warp's slot and
+/// the lane (the clock alone will not do: `%globaltimer` may advance in
+/// steps of 32 ns or of a microsecond, and the simulator's in steps of 32,
+/// so its low bits can be constant). Never 0.
+#[inline(always)]
+pub fn draw() -> u32 {
+    let mixed = (clock() as u32
+        ^ warp_slot().wrapping_mul(0x8515_7af5)
+        ^ lane_id().wrapping_mul(0x632b_e59b))
+    .wrapping_mul(0x9e37_79bb);
+    if mixed == 0 { 0x9e37_79bb } else { mixed }
 }
 
 impl Default for Backoff {
