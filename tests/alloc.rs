@@ -537,21 +537,13 @@ fn a_warp_frees_blocks_of_one_word_with_one_atomic_on((major, minor): (u32, u32)
         "the first warp's blocks are not consecutive: {got:x?}"
     );
     // The first warp frees its 32 blocks; the second warp's stay.
-    // SAFETY: a word per thread of the first warp, each a live block.
-    let free_report = unsafe {
-        heap.launch(
-            (1, 1, 1),
-            (32, 1, 1),
-            free_only::Args {
-                ptrs: ptrs.kernel_ptr(),
-            },
-        )
-    }
-    .expect("free_only");
-    let (m, f) = (
-        malloc_report.simulator.expect("simulator counts"),
-        free_report.simulator.expect("simulator counts"),
-    );
+    let one_warp = LaunchConfig::linear(1, 32)
+        .seed(6)
+        .workers(1)
+        .convergence(Convergence::Converged)
+        .capability(major, minor);
+    let f = free_counts(&mut heap, &one_warp, &got[..32]);
+    let m = malloc_report.simulator.expect("simulator counts");
     println!(
         "sm_{major}{minor}: two warps' malloc (a new slab over RPC): {} steps, {} atomic RMWs, {} atomic loads, \
          {} atomic stores; one warp's free of 32 blocks: {} steps, {} RMWs, {} loads, {} stores",
@@ -574,19 +566,7 @@ fn a_warp_frees_blocks_of_one_word_with_one_atomic_on((major, minor): (u32, u32)
     assert_eq!(h.live.live_blocks, 32, "the second warp's blocks are live");
     assert_eq!(h.device.double_frees + h.device.invalid_frees, 0);
     // The rest go too, and the heap is clean.
-    let rest: Vec<u64> = got[32..].to_vec();
-    let rest = heap
-        .launcher()
-        .expect("a heap made with a launcher")
-        .upload(&rest)
-        .expect("upload");
-    run(
-        &mut heap,
-        &LaunchConfig::linear(1, 32).capability(major, minor),
-        free_only::Args {
-            ptrs: rest.kernel_ptr(),
-        },
-    );
+    free_counts(&mut heap, &one_warp, &got[32..]);
     assert_empty(&mut heap, "malloc_only / free_only");
 }
 
@@ -796,18 +776,7 @@ fn malloc_warp(heap: &mut Heap, size: u32) -> (u64, Vec<u64>) {
 }
 
 fn free_warp(heap: &mut Heap, ptrs: &[u64]) {
-    let ptrs = heap
-        .launcher()
-        .expect("a heap made with a launcher")
-        .upload(ptrs)
-        .expect("upload");
-    run(
-        heap,
-        &LaunchConfig::linear(1, 32),
-        free_only::Args {
-            ptrs: ptrs.kernel_ptr(),
-        },
-    );
+    free_counts(heap, &LaunchConfig::linear(1, 32), ptrs);
 }
 
 fn nulls(ptrs: &[u64]) -> usize {

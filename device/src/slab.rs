@@ -282,11 +282,7 @@ impl Slab {
     /// As for [`Slab::deallocate`].
     #[inline(always)]
     unsafe fn deallocate_by_word(self, uniform: u32, index: Option<u32>) -> bool {
-        let me = simt::lane_id();
-        let i = index.unwrap_or(u32::MAX);
-        // Two lanes freeing one block: the lowest frees it, the other is a
-        // double free.
-        let first = simt::leader(simt::match_any_u32(uniform, i)) == me;
+        let (i, first) = first_to_free(uniform, index);
         let bit = match index {
             Some(i) if first => 1u32 << (i % WORD_BITS),
             _ => 0,
@@ -312,12 +308,7 @@ impl Slab {
     #[inline(always)]
     unsafe fn deallocate_by_run(self, uniform: u32, index: Option<u32>) -> bool {
         let me = simt::lane_id();
-        // Two lanes freeing one block: the lowest frees it, the other is a
-        // double free and clears nothing. (Letting both clear, in different
-        // runs, would let another warp's malloc take the block between the
-        // two clears and lose its bit to the second.)
-        let i = index.unwrap_or(u32::MAX);
-        let first = simt::leader(simt::match_any_u32(uniform, i)) == me;
+        let (i, first) = first_to_free(uniform, index);
         // The run's key: its word (the block index's upper bits) and the
         // offset of its bits from its lanes (the lower five), as
         // `WORD_BITS` divides the index. No block index reaches `u32::MAX`
@@ -328,14 +319,14 @@ impl Slab {
             Some(i) if first => (i & !(WORD_BITS - 1)) | (i.wrapping_sub(me) % WORD_BITS),
             _ => u32::MAX,
         };
-        check_cleared_once(uniform, i, key != u32::MAX);
+        let clears = key != u32::MAX;
+        check_cleared_once(uniform, i, clears);
         let run = simt::match_any_u32(uniform, key);
         let head = simt::leader(run);
         // Lane `l` of the run frees bit `(l + offset) % 32`: the run's mask
         // rotated (distinct lanes at one offset: distinct bits).
         let bits = run.rotate_left(key % WORD_BITS);
         let word = key / WORD_BITS;
-        let clears = key != u32::MAX;
         // SAFETY: the caller's contract; `bits` are the run's blocks, on
         // `word`, theirs.
         let before = unsafe { self.clear_at_head(uniform, head, clears, word, bits) };
@@ -395,6 +386,20 @@ impl Slab {
         // SAFETY: the caller's contract.
         unsafe { self.header() }.geometry()
     }
+}
+
+/// The lane's block index (`u32::MAX` for none) and whether the lane is
+/// the one that frees it: of lanes freeing one block in one call, the
+/// lowest; the others are double frees and clear nothing (letting both
+/// clear would let another warp's malloc take the block between the two
+/// clears and lose its bit to the second).
+#[inline(always)]
+fn first_to_free(uniform: u32, index: Option<u32>) -> (u32, bool) {
+    let i = index.unwrap_or(u32::MAX);
+    (
+        i,
+        simt::leader(simt::match_any_u32(uniform, i)) == simt::lane_id(),
+    )
 }
 
 /// The invariant behind a free's combining, checked in the simulator's

@@ -209,6 +209,15 @@ fn kernel_rmws_note(rmws: Option<f64>, kernel_per_pair: f64) -> String {
     }
 }
 
+/// `first`, then `rest` after a semicolon when there is one.
+fn join_notes(first: &str, rest: &str) -> String {
+    if rest.is_empty() {
+        first.into()
+    } else {
+        format!("{first}; {rest}")
+    }
+}
+
 /// One block of `size` bytes per thread, all live at once, then freed: peak
 /// mapped ÷ bytes requested (`threads × size`): the slabs' headers and
 /// bitfields, partly filled slabs, and slabs made by warps racing for room.
@@ -303,10 +312,10 @@ fn mixed_case(
         sim_rmws_per_pair: per.rmws,
         sim_loads_per_pair: per.loads,
         // Three counters per pair: allocations, bytes, frees.
-        note: match kernel_rmws_note(per.rmws, 3.0) {
-            rmws if rmws.is_empty() => "pattern written and checked per block".into(),
-            rmws => format!("pattern written and checked per block; {rmws}"),
-        },
+        note: join_notes(
+            "pattern written and checked per block",
+            &kernel_rmws_note(per.rmws, 3.0),
+        ),
         error: None,
     })
 }
@@ -469,10 +478,7 @@ pub fn bench(
         };
         let row =
             alloc_free_case(prefer, schedule, pool, most, a.block, size, a.rounds).map(|mut r| {
-                r.note = match r.note.as_str() {
-                    "" => "pool: 64 slabs mapped before launch".into(),
-                    rmws => format!("pool: 64 slabs mapped before launch; {rmws}"),
-                };
+                r.note = join_notes("pool: 64 slabs mapped before launch", &r.note);
                 r
             });
         push(row, "alloc_free pool", most, size.into(), size.into());
