@@ -253,9 +253,12 @@ fn the_declarations_module_declares_what_the_module_does() {
 /// no state of its own) and `free_only` are within them in both modules
 /// (the sm_75 module combines a free's bits by rotating a run's lane mask
 /// instead of shuffling them together: `Slab::deallocate`);
-/// `alloc_free` (a stress kernel whose loop keeps three 64-bit counters
-/// and its arguments live across the free's call) is within on sm_90 (both
-/// modules: 48) and above on sm_80 (52) and sm_75 (56).
+/// `alloc_free` (a loop of malloc, write, check, free, with its round, its
+/// thread id and two 32-bit counts live across the free's call) is within
+/// on sm_80 and sm_90 (48) and above on sm_75 (52: ptxas's divergent-warp
+/// fallbacks for collectives, calls on sm_75 and sm_80, and not on sm_90;
+/// a Turing SM holds at most 32 warps, which 64 registers already allow,
+/// so the 52 costs no occupancy there; BENCHMARKS.md).
 #[test]
 fn allocator_paths_stay_within_their_register_budgets() {
     // (kernel, registers: the sm_75 module for sm_75, for sm_90; the sm_80
@@ -264,7 +267,7 @@ fn allocator_paths_stay_within_their_register_budgets() {
         ("malloc_only", [34, 36, 36, 36]),
         ("free_only", [24, 24, 24, 24]),
         ("malloc_free_once", [36, 39, 38, 39]),
-        ("alloc_free", [56, 48, 52, 48]),
+        ("alloc_free", [52, 48, 48, 48]),
     ];
     let mut failures = String::new();
     for (column, (arch, report)) in reports().into_iter().enumerate() {
