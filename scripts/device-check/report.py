@@ -26,6 +26,28 @@ def lines(path):
     return out
 
 
+def bench_rows(out):
+    """The rows of every bench-CASE.json (one process per case, run.sh), and
+    the cases that gave none: a timeout (exit 124) or a failure."""
+    rows, missing = [], []
+    for path in sorted(out.glob("bench-*.json")):
+        name = path.stem[len("bench-"):]
+        err = path.with_suffix(".err")
+        code = None
+        try:
+            last = err.read_text().strip().splitlines()[-1]
+            code = int(last.split()[-1]) if last.startswith("exit") else None
+        except (OSError, ValueError, IndexError):
+            pass
+        got = load(path) or {}
+        case_rows = got.get("rows", []) if isinstance(got, dict) else []
+        rows.extend(case_rows)
+        if code != 0 or not case_rows:
+            why = "timed out" if code == 124 else f"exit {code}"
+            missing.append(f"{name} ({why}, {len(case_rows)} rows)")
+    return {"rows": rows, "missing": missing}
+
+
 def rate(x):
     if x is None:
         return "-"
@@ -42,7 +64,7 @@ def main(out):
         "info": (out / "info.txt").read_text() if (out / "info.txt").exists() else None,
         "stress_rpc": load(out / "stress-rpc.json"),
         "stress_pool": load(out / "stress-pool.json"),
-        "bench": load(out / "bench.json"),
+        "bench": bench_rows(out),
         "baseline": lines(out / "baseline.jsonl"),
     }
     (out / "device-check.json").write_text(json.dumps(report, indent=2))
@@ -102,6 +124,9 @@ def main(out):
         mpr = f"{r['mapped_per_requested']:.2f}" if r.get("mapped_per_requested") else "-"
         md.append(f"| {r['case']} | {r['mode']} | {r['threads']} | {size_text} | {rate(r['cold_pairs_per_second'])} | "
                   f"{rate(r['warm_pairs_per_second'])} | {rate(cuda)} | {ratio} | {pct} | {mpr} |")
+    if report["bench"]["missing"]:
+        md.append("")
+        md.append("bench cases without all their rows: " + "; ".join(report["bench"]["missing"]))
     md.append("")
     md.append("## atomics ceiling")
     md.append("")
