@@ -854,6 +854,100 @@ fn an_out_of_memory_malloc_costs_about_what_a_successful_one_does() {
     assert_empty(&mut heap, "out of memory and back");
 }
 
+/// A refusal that may pass (here an injected fault; on a GPU the headroom
+/// check or a driver error) is forgotten before the next launch: the host
+/// clears the device's record, so a class that needs a slab asks again and
+/// is served once the host can map memory. (A refusal for the region's size
+/// is kept: the out-of-memory test above asks the host nothing in its
+/// second launch.)
+#[test]
+fn a_temporary_refusal_is_forgotten_before_the_next_launch() {
+    let mut heap = heap(64 * SLAB_SIZE, 32_768);
+    heap.fail_every(1);
+    let (_, got) = malloc_warp(&mut heap, 16);
+    assert_eq!(nulls(&got), 32, "every mapping fails");
+    let asked = heap.stats().expect("stats").rpc.allocs;
+    assert!(asked > 0);
+    heap.fail_every(0);
+    let (_, got) = malloc_warp(&mut heap, 16);
+    assert_eq!(
+        nulls(&got),
+        0,
+        "the host maps again, and the heap still refuses"
+    );
+    assert!(heap.stats().expect("stats").rpc.allocs > asked);
+    assert!(
+        !heap.forget_refusal().expect("forget"),
+        "nothing left to forget"
+    );
+    free_warp(&mut heap, &got);
+    assert_empty(&mut heap, "a temporary refusal");
+}
+
+/// Memory coming back ends a refusal for the region's size: the host's
+/// `trim` taking an emptied slab back, or a large block freed. A new class
+/// then asks the host again and is served.
+#[test]
+fn memory_coming_back_ends_a_refusal() {
+    // Trim: the 1 KiB slab empties, and trim gives it back to the host.
+    let mut heap = heap(4 * SLAB_SIZE, 32_768);
+    let kept = fill_four_slabs(&mut heap);
+    let (_, got) = malloc_warp(&mut heap, 4096);
+    assert_eq!(nulls(&got), 32, "the region is full");
+    free_warp(&mut heap, &kept[3]);
+    assert!(heap.trim().expect("trim") > 0, "the empty slab unmapped");
+    let asked = heap.stats().expect("stats").rpc.allocs;
+    let (_, got) = malloc_warp(&mut heap, 4096);
+    assert_eq!(
+        nulls(&got),
+        0,
+        "trim gave memory back, the heap still refuses"
+    );
+    assert!(heap.stats().expect("stats").rpc.allocs > asked);
+    for ptrs in [&kept[0], &kept[1], &kept[2], &got] {
+        free_warp(&mut heap, ptrs);
+    }
+    assert_empty(&mut heap, "refused, trimmed, served");
+
+    // A large block freed: one lane holds a slab's worth; three classes
+    // fill the rest; a fourth is refused until the large block goes.
+    let mut heap = support::heap(4 * SLAB_SIZE, 32_768);
+    let large = buffer::<u64>(&heap, 1);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 1),
+        malloc_only::Args {
+            ptrs: large.kernel_ptr(),
+            size: SLAB_SIZE as u32,
+        },
+    );
+    let large = read(&heap, &large);
+    assert_ne!(large[0], 0, "the large block");
+    let kept: Vec<Vec<u64>> = [16, 64, 256]
+        .into_iter()
+        .map(|size| {
+            let (_, got) = malloc_warp(&mut heap, size);
+            assert_eq!(nulls(&got), 0, "{size} B");
+            got
+        })
+        .collect();
+    let (_, got) = malloc_warp(&mut heap, 4096);
+    assert_eq!(nulls(&got), 32, "the region is full");
+    free_counts(&mut heap, &LaunchConfig::linear(1, 1), &large);
+    let asked = heap.stats().expect("stats").rpc.allocs;
+    let (_, got) = malloc_warp(&mut heap, 4096);
+    assert_eq!(
+        nulls(&got),
+        0,
+        "the large block went back, the heap still refuses"
+    );
+    assert!(heap.stats().expect("stats").rpc.allocs > asked);
+    for ptrs in kept.iter().chain([&got]) {
+        free_warp(&mut heap, ptrs);
+    }
+    assert_empty(&mut heap, "refused, a large block freed, served");
+}
+
 /// A warp whose lanes ask for different classes on an exhausted heap: each
 /// class's lanes find room in their own class's slab (the search is by
 /// class group, each group's leader scanning from its class's hint), the

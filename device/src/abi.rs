@@ -356,6 +356,9 @@ pub struct Layout {
     pub granules: u64,
     /// The empty-slot bitmap.
     pub empties: u64,
+    /// The refusal record (a `u32`; 0: none), which the host clears when
+    /// its last refusal may have been temporary.
+    pub refusal: u64,
     /// Bytes of one RPC port (the mailbox's wire format).
     pub port_size: u64,
     /// Bytes of a slab.
@@ -363,9 +366,9 @@ pub struct Layout {
 }
 
 /// Words of [`Layout::words`].
-pub const LAYOUT_WORDS: usize = 14;
+pub const LAYOUT_WORDS: usize = 15;
 /// Word 0 of [`Layout::words`]: "WAHEAP" and a format number.
-pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0002;
+pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0003;
 
 impl Layout {
     /// The layout as the words of the `WARPALLOC_HEAP_LAYOUT` global:
@@ -384,6 +387,7 @@ impl Layout {
             self.hints,
             self.granules,
             self.empties,
+            self.refusal,
             self.port_size,
             self.slab_size,
         ]
@@ -404,8 +408,9 @@ impl Layout {
             hints: w[9],
             granules: w[10],
             empties: w[11],
-            port_size: w[12],
-            slab_size: w[13],
+            refusal: w[12],
+            port_size: w[13],
+            slab_size: w[14],
         })
     }
 
@@ -425,6 +430,7 @@ impl Layout {
             "hints",
             "granules",
             "empties",
+            "refusal",
             "port_size",
             "slab_size",
         ];

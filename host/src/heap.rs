@@ -52,7 +52,7 @@
 //!   It costs the pool's memory up front. Large blocks (≥ 1 MiB) still go to
 //!   the server.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -64,7 +64,7 @@ use warpalloc_device::heap::{Census, LAYOUT, MAX_SLOTS, SlabMemory};
 use warpalloc_device::registry;
 use warpalloc_device::rpc::wire::{self, Port, Reply, Request};
 
-use crate::backing::{Backing, GRANULE, Region, RegionConfig, RegionStats};
+use crate::backing::{Backing, GRANULE, Refusal, Region, RegionConfig, RegionStats};
 use crate::device::{
     Allocation, AsDevice, AsModule, Device, Global, HostMapping, Launch, LaunchReport, Module,
 };
@@ -150,6 +150,10 @@ struct Counters {
     allocs: AtomicU64,
     frees: AtomicU64,
     pings: AtomicU64,
+    /// Set when the region refused a slab or block for a reason that may
+    /// pass (its headroom check, a driver error, an injected fault); taken
+    /// by [`Heap::forget_refusal`].
+    temporary_refusal: AtomicBool,
 }
 
 type SharedRegion = Arc<Mutex<Region<Box<dyn Backing>>>>;
@@ -226,11 +230,15 @@ fn handler(region: SharedRegion, counters: Arc<Counters>) -> Arc<server::Handler
     Arc::new(move |request: Request| match request {
         Request::Alloc { bytes, align } => {
             counters.allocs.fetch_add(1, Ordering::Relaxed);
-            Reply::Alloc(
-                lock(&region)
-                    .allocate(bytes, align)
-                    .map_err(|why| why.status()),
-            )
+            Reply::Alloc(lock(&region).allocate(bytes, align).map_err(|why| {
+                if matches!(
+                    why,
+                    Refusal::Headroom | Refusal::Driver | Refusal::InjectedFault
+                ) {
+                    counters.temporary_refusal.store(true, Ordering::Relaxed);
+                }
+                why.status()
+            }))
         }
         Request::Free { addr, bytes } => {
             counters.frees.fetch_add(1, Ordering::Relaxed);
@@ -513,11 +521,41 @@ impl Heap {
         args: K,
     ) -> Result<LaunchReport, HostError> {
         let launcher = self.launcher.as_ref().ok_or(HostError::NoLauncher)?;
+        self.forget_refusal()?;
         server::wake();
         // SAFETY: forwarded from the caller.
         let report = unsafe { launcher.launch(grid, block, args) }?;
         self.wait_for_server()?;
         Ok(report)
+    }
+
+    /// Clears the device's record of a refused slab when the host's last
+    /// refusal may have been temporary (its headroom check, a driver
+    /// error, an injected fault), so that the next malloc that needs a
+    /// slab asks the host again instead of returning null at once. Returns
+    /// whether there was such a refusal (and then synchronises the context
+    /// first, see the module docs). [`Heap::launch`] calls this before each
+    /// launch; on a heap whose kernels you launch yourself, call it before
+    /// a launch. A refusal for the heap's limit or address space is kept:
+    /// memory coming back (a large block freed, a slab emptied, `trim`)
+    /// ends it on the device.
+    pub fn forget_refusal(&self) -> Result<bool, HostError> {
+        if !self
+            .counters
+            .temporary_refusal
+            .swap(false, Ordering::Relaxed)
+        {
+            return Ok(false);
+        }
+        self.quiesce()?;
+        // SAFETY: the 4-byte refusal record (`LAYOUT.refusal`, an
+        // `AtomicU32`) of this heap's `DeviceHeap`, written while no kernel
+        // runs (synchronised above).
+        unsafe {
+            self.device
+                .write(self.state.addr() + LAYOUT.refusal, &0u32.to_ne_bytes())
+        }?;
+        Ok(true)
     }
 
     /// Sets every `n`-th mapping to fail (0: none), for fault injection.

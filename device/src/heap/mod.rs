@@ -102,7 +102,9 @@ pub struct DeviceHeap {
     /// request was made in, plus one: the heap is exhausted while that is
     /// still `memory_generation + 1` — until memory comes back (a large
     /// block freed, the host's `trim`; an emptied slab is seen through
-    /// `empties` instead). A refusal that
+    /// `empties` instead), or until the host clears it (0) between
+    /// launches because its refusal may have been temporary
+    /// (`Layout::refusal`). A refusal that
     /// raced with memory coming back is stale at once. While exhausted,
     /// a search claims no empty slot and scans a bounded window
     /// (`search.rs`), so an out-of-memory malloc costs about what a
@@ -125,11 +127,14 @@ pub const LAYOUT: Layout = Layout {
     hints: core::mem::offset_of!(DeviceHeap, hints) as u64,
     granules: core::mem::offset_of!(DeviceHeap, granules) as u64,
     empties: core::mem::offset_of!(DeviceHeap, empties) as u64,
+    refusal: core::mem::offset_of!(DeviceHeap, exhausted) as u64,
     port_size: core::mem::size_of::<crate::rpc::wire::Port>() as u64,
     slab_size: SLAB_SIZE,
 };
 
 const _: () = assert!(core::mem::size_of::<Guard>() == 8);
+// The host clears the refusal record with a 4-byte write of 0.
+const _: () = assert!(core::mem::size_of::<AtomicU32>() == 4);
 const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 4 * 8);
 const _: () = assert!(core::mem::size_of::<Counters>() == 6 * 8);
 const _: () = assert!(core::mem::size_of::<DeviceHeap>() < (1 << 20));

@@ -49,10 +49,12 @@
 //! When the provider refuses a slab, the heap is marked exhausted until
 //! memory comes back (a large block freed, the host's `trim`; a generation
 //! count makes a refusal that raced with such a return stale at once; a
-//! slab that goes empty is seen through `empties`). A refusal that was only
-//! temporary on the host's side (its headroom check, fault injection,
-//! another process freeing device memory) stays in force until one of those
-//! happens. While it is, a search asks the host nothing, claims no empty
+//! slab that goes empty is seen through `empties`). A refusal that may have
+//! been temporary on the host's side (its headroom check, a driver error,
+//! an injected fault: memory another process frees may end it) the host
+//! forgets before the next launch (`Heap::launch`, `Heap::forget_refusal`):
+//! it clears the record, and the launch's first search for a new slab asks
+//! again. While exhausted, a search asks the host nothing, claims no empty
 //! slot (unless a slab went empty or the pool holds one) and looks at the
 //! hint and the `EXHAUSTED_WINDOW` slots after it only; so an out-of-memory
 //! malloc costs about what a successful one does. Worst case: room in a
