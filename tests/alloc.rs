@@ -546,16 +546,25 @@ fn a_warp_frees_blocks_of_one_word_with_one_atomic_on((major, minor): (u32, u32)
     let m = malloc_report.simulator.expect("simulator counts");
     println!(
         "sm_{major}{minor}: two warps' malloc (a new slab over RPC): {} steps, {} atomic RMWs, {} atomic loads, \
-         {} atomic stores; one warp's free of 32 blocks: {} steps, {} RMWs, {} loads, {} stores",
+         {} atomic stores ({} / {} / {} of them at system scope: the mailbox); one warp's free of 32 blocks: \
+         {} steps, {} RMWs, {} loads, {} stores ({} at system scope)",
         m.steps,
         m.atomic_rmws,
         m.atomic_loads,
         m.atomic_stores,
+        m.sys_rmws,
+        m.sys_loads,
+        m.sys_stores,
         f.steps,
         f.atomic_rmws,
         f.atomic_loads,
-        f.atomic_stores
+        f.atomic_stores,
+        f.sys_rmws + f.sys_loads + f.sys_stores
     );
+    // The slab came over RPC: the mailbox is the system-scope traffic (so
+    // the counters see it); a free into a live slab has none.
+    assert!(m.sys_loads > 0 && m.sys_stores > 0, "{m:?}");
+    assert_eq!(f.sys_rmws + f.sys_loads + f.sys_stores, 0, "{f:?}");
     assert!(
         f.atomic_rmws <= 3,
         "sm_{major}{minor}: one warp's free of one bitfield word took {} read-modify-writes \
@@ -817,10 +826,19 @@ fn an_out_of_memory_malloc_costs_about_what_a_successful_one_does() {
     // A coalesced warp into a slab with room: the slot's lock and the
     // bitfield's `fetch_or`s (one per word the warp's blocks touch).
     eprintln!(
-        "one warp's malloc into a slab with room: {} RMWs, {} atomic loads, {} stores",
-        counts.atomic_rmws, counts.atomic_loads, counts.atomic_stores
+        "one warp's malloc into a slab with room: {} RMWs, {} atomic loads, {} stores ({} at system scope)",
+        counts.atomic_rmws,
+        counts.atomic_loads,
+        counts.atomic_stores,
+        counts.sys_rmws + counts.sys_loads + counts.sys_stores
     );
     assert!(counts.atomic_rmws <= 3, "{counts:?}");
+    // The common path stays at device scope: nothing the host must see.
+    assert_eq!(
+        counts.sys_rmws + counts.sys_loads + counts.sys_stores,
+        0,
+        "{counts:?}"
+    );
     kept.push(got);
     // A fifth class: the host refuses its slab (this first null asks).
     let (first, got) = malloc_warp(&mut heap, 4096);

@@ -360,7 +360,8 @@ fn bench_prints_every_case_and_keeps_going_past_a_failed_one() {
         .iter()
         .find(|l| l.starts_with("alloc_free ") && !l.contains("FAILED") && l.contains(" 64 "))
         .unwrap_or_else(|| panic!("no alloc_free row for 64 threads:\n{text}"));
-    // The simulator's deterministic cost per pair: steps/RMWs.
+    // The simulator's deterministic cost per pair: steps/RMWs/system-scope
+    // accesses.
     assert!(good.contains('/'), "no simulator counts in {good:?}");
     for case in [
         "mixed 16 B-8 KiB",

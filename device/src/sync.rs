@@ -53,10 +53,11 @@ enum Op {
 }
 
 /// Called before every operation: on the host, counts it (the launch's
-/// `atomic_loads`/`_stores`/`_rmws`) and is a simulator switch point.
+/// `atomic_loads`/`_stores`/`_rmws`, and its `sys_*` too when `sys`: an
+/// operation at system scope) and is a simulator switch point.
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-fn hook(op: Op) {
+fn hook(op: Op, sys: bool) {
     #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
     {
         let access = match op {
@@ -65,17 +66,19 @@ fn hook(op: Op) {
             Op::Rmw => Some(warpalloc_sim::Access::Rmw),
             Op::Fence => None,
         };
-        if let Some(access) = access {
-            warpalloc_sim::count_access(access);
+        match access {
+            Some(access) if sys => warpalloc_sim::count_sys_access(access),
+            Some(access) => warpalloc_sim::count_access(access),
+            None => {}
         }
         warpalloc_sim::switch_point();
     }
     #[cfg(any(target_arch = "nvptx64", loom))]
-    let _ = op;
+    let _ = (op, sys);
 }
 
 macro_rules! atomic_int {
-    ($(#[$doc:meta])* $name:ident, $inner:ident, $int:ty, $ops:path) => {
+    ($(#[$doc:meta])* $name:ident, $inner:ident, $int:ty, $ops:path, $sys:literal) => {
         $(#[$doc])*
         #[repr(transparent)]
         pub struct $name(inner::$inner);
@@ -111,7 +114,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn load(&self, order: Ordering) -> $int {
-                hook(Op::Load);
+                hook(Op::Load, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -124,7 +127,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn store(&self, value: $int, order: Ordering) {
-                hook(Op::Store);
+                hook(Op::Store, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -137,7 +140,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn swap(&self, value: $int) -> $int {
-                hook(Op::Rmw);
+                hook(Op::Rmw, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -151,7 +154,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn compare_exchange(&self, current: $int, new: $int) -> Result<$int, $int> {
-                hook(Op::Rmw);
+                hook(Op::Rmw, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -164,7 +167,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_add(&self, value: $int) -> $int {
-                hook(Op::Rmw);
+                hook(Op::Rmw, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -177,7 +180,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_sub(&self, value: $int) -> $int {
-                hook(Op::Rmw);
+                hook(Op::Rmw, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -190,7 +193,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_and(&self, value: $int) -> $int {
-                hook(Op::Rmw);
+                hook(Op::Rmw, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -203,7 +206,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_or(&self, value: $int) -> $int {
-                hook(Op::Rmw);
+                hook(Op::Rmw, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -216,7 +219,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_xor(&self, value: $int) -> $int {
-                hook(Op::Rmw);
+                hook(Op::Rmw, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -229,7 +232,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_max(&self, value: $int) -> $int {
-                hook(Op::Rmw);
+                hook(Op::Rmw, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -242,7 +245,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_min(&self, value: $int) -> $int {
-                hook(Op::Rmw);
+                hook(Op::Rmw, $sys);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -301,21 +304,24 @@ atomic_int!(
     AtomicU32,
     AtomicU32,
     u32,
-    crate::sync::gpu::u32
+    crate::sync::gpu::u32,
+    false
 );
 atomic_int!(
     /// A `u64` shared between lanes, at `.gpu` scope on the GPU.
     AtomicU64,
     AtomicU64,
     u64,
-    crate::sync::gpu::u64
+    crate::sync::gpu::u64,
+    false
 );
 atomic_int!(
     /// A `usize` shared between lanes, at `.gpu` scope on the GPU.
     AtomicUsize,
     AtomicUsize,
     usize,
-    crate::sync::gpu::usize
+    crate::sync::gpu::usize,
+    false
 );
 atomic_int!(
     /// A `u32` that the host reads while kernels run (an RPC port), at
@@ -323,14 +329,16 @@ atomic_int!(
     SysAtomicU32,
     AtomicU32,
     u32,
-    crate::sync::sys::u32
+    crate::sync::sys::u32,
+    true
 );
 atomic_int!(
     /// A `u64` that the host reads while kernels run, at `.sys` scope.
     SysAtomicU64,
     AtomicU64,
     u64,
-    crate::sync::sys::u64
+    crate::sync::sys::u64,
+    true
 );
 
 /// `.gpu`-scoped atomics on global memory, in PTX.
@@ -569,7 +577,7 @@ pub fn fence(order: Ordering, scope: Scope) {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         let _ = scope;
-        hook(Op::Fence);
+        hook(Op::Fence, false);
         inner::fence(order);
     }
 }

@@ -89,12 +89,16 @@ pub enum Access {
     Rmw,
 }
 
-/// A worker's counts of its lanes' atomic accesses.
+/// A worker's counts of its lanes' atomic accesses: all of them, and of
+/// those the ones at system scope (what the host sees while kernels run).
 #[derive(Default)]
 pub(crate) struct Accesses {
     pub(crate) loads: AtomicU64,
     pub(crate) stores: AtomicU64,
     pub(crate) rmws: AtomicU64,
+    pub(crate) sys_loads: AtomicU64,
+    pub(crate) sys_stores: AtomicU64,
+    pub(crate) sys_rmws: AtomicU64,
 }
 
 pub(crate) struct LaneCtx {
@@ -220,6 +224,22 @@ pub fn count_access(access: Access) {
             Access::Load => &c.accesses.loads,
             Access::Store => &c.accesses.stores,
             Access::Rmw => &c.accesses.rmws,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    });
+}
+
+/// Counts one atomic access at system scope (on the GPU a `.sys`
+/// operation: memory the host reads while kernels run): in the launch's
+/// totals, as [`count_access`], and in its `sys_loads`, `sys_stores`,
+/// `sys_rmws`.
+pub fn count_sys_access(access: Access) {
+    count_access(access);
+    let _ = with_ctx(|c| {
+        let counter = match access {
+            Access::Load => &c.accesses.sys_loads,
+            Access::Store => &c.accesses.sys_stores,
+            Access::Rmw => &c.accesses.sys_rmws,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     });

@@ -23,6 +23,14 @@ pub struct LaunchStats {
     /// Atomic read-modify-writes by lanes (swap, compare-exchange,
     /// fetch-ops).
     pub atomic_rmws: u64,
+    /// Of the atomic loads, those at system scope (`.sys` on the GPU: the
+    /// RPC mailbox, which the host reads while kernels run); the rest are
+    /// at device scope.
+    pub sys_loads: u64,
+    /// Of the atomic stores, those at system scope.
+    pub sys_stores: u64,
+    /// Of the read-modify-writes, those at system scope.
+    pub sys_rmws: u64,
     /// Lanes run.
     pub lanes: u64,
     /// Warps run.
@@ -100,6 +108,9 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         totals.atomic_loads += s.atomic_loads;
         totals.atomic_stores += s.atomic_stores;
         totals.atomic_rmws += s.atomic_rmws;
+        totals.sys_loads += s.sys_loads;
+        totals.sys_stores += s.sys_stores;
+        totals.sys_rmws += s.sys_rmws;
         totals.lanes += s.lanes;
         totals.warps += s.warps;
         totals.blocks += s.blocks;
@@ -157,6 +168,9 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
             atomic_loads: totals.atomic_loads,
             atomic_stores: totals.atomic_stores,
             atomic_rmws: totals.atomic_rmws,
+            sys_loads: totals.sys_loads,
+            sys_stores: totals.sys_stores,
+            sys_rmws: totals.sys_rmws,
             lanes: totals.lanes,
             warps: totals.warps,
             blocks: totals.blocks,

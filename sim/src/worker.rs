@@ -124,6 +124,9 @@ pub(crate) struct WorkerStats {
     pub(crate) atomic_loads: u64,
     pub(crate) atomic_stores: u64,
     pub(crate) atomic_rmws: u64,
+    pub(crate) sys_loads: u64,
+    pub(crate) sys_stores: u64,
+    pub(crate) sys_rmws: u64,
     pub(crate) collectives: u64,
     pub(crate) lanes: u64,
     pub(crate) warps: u64,
@@ -196,6 +199,9 @@ impl<'a> Worker<'a> {
         self.stats.atomic_loads = self.accesses.loads.load(Ordering::Relaxed);
         self.stats.atomic_stores = self.accesses.stores.load(Ordering::Relaxed);
         self.stats.atomic_rmws = self.accesses.rmws.load(Ordering::Relaxed);
+        self.stats.sys_loads = self.accesses.sys_loads.load(Ordering::Relaxed);
+        self.stats.sys_stores = self.accesses.sys_stores.load(Ordering::Relaxed);
+        self.stats.sys_rmws = self.accesses.sys_rmws.load(Ordering::Relaxed);
         self.stats
     }
 

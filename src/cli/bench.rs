@@ -68,6 +68,9 @@ pub struct Row {
     pub sim_rmws_per_pair: Option<f64>,
     /// The simulator's atomic loads per pair, warm.
     pub sim_loads_per_pair: Option<f64>,
+    /// The simulator's atomic operations at system scope per pair, warm
+    /// (the RPC mailbox's; every other access is at device scope).
+    pub sim_sys_per_pair: Option<f64>,
     pub note: String,
     /// Why the case failed (the other fields are then empty).
     pub error: Option<String>,
@@ -89,6 +92,7 @@ impl Row {
             sim_steps_per_pair: None,
             sim_rmws_per_pair: None,
             sim_loads_per_pair: None,
+            sim_sys_per_pair: None,
             note: String::new(),
             error: Some(why.to_string()),
         }
@@ -101,6 +105,7 @@ struct PerPair {
     steps: Option<f64>,
     rmws: Option<f64>,
     loads: Option<f64>,
+    sys: Option<f64>,
 }
 
 /// The whole run.
@@ -154,6 +159,7 @@ fn cold_warm<K: Kernel>(
                 steps: per(sim.steps),
                 rmws: per(sim.atomic_rmws),
                 loads: per(sim.atomic_loads),
+                sys: per(sim.sys_loads + sim.sys_stores + sim.sys_rmws),
             };
         }
     }
@@ -193,6 +199,7 @@ fn alloc_free_case(
         sim_steps_per_pair: per.steps,
         sim_rmws_per_pair: per.rmws,
         sim_loads_per_pair: per.loads,
+        sim_sys_per_pair: per.sys,
         // The kernel adds its four counters once per thread.
         note: kernel_rmws_note(per.rmws, 4.0 / f64::from(rounds.max(1))),
         error: None,
@@ -273,6 +280,7 @@ fn footprint_case(
         sim_steps_per_pair: None,
         sim_rmws_per_pair: None,
         sim_loads_per_pair: None,
+        sim_sys_per_pair: None,
         note: format!("{} requested: one block per thread", bytes(requested)),
         error: None,
     })
@@ -311,6 +319,7 @@ fn mixed_case(
         sim_steps_per_pair: per.steps,
         sim_rmws_per_pair: per.rmws,
         sim_loads_per_pair: per.loads,
+        sim_sys_per_pair: per.sys,
         // Three counters per pair: allocations, bytes, frees.
         note: join_notes(
             "pattern written and checked per block",
@@ -407,6 +416,7 @@ fn fill_case(
         sim_steps_per_pair: None,
         sim_rmws_per_pair: None,
         sim_loads_per_pair: None,
+        sim_sys_per_pair: None,
         error: None,
         note: if oom {
             format!(
@@ -508,7 +518,7 @@ pub fn bench(
 pub fn print_header(target: &str) {
     println!("warpalloc bench — {target}");
     println!(
-        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>15}  note",
+        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>19}  note",
         "case",
         "mode",
         "threads",
@@ -518,7 +528,7 @@ pub fn print_header(target: &str) {
         "nulls",
         "peak map",
         "map/req",
-        "sim steps/rmw"
+        "sim steps/rmw/sys"
     );
 }
 
@@ -536,12 +546,16 @@ pub fn print_row(r: &Row) {
         );
         return;
     }
-    let sim = match (r.sim_steps_per_pair, r.sim_rmws_per_pair) {
-        (Some(steps), Some(rmws)) => format!("{steps:.0}/{rmws:.1}"),
+    let sim = match (
+        r.sim_steps_per_pair,
+        r.sim_rmws_per_pair,
+        r.sim_sys_per_pair,
+    ) {
+        (Some(steps), Some(rmws), Some(sys)) => format!("{steps:.0}/{rmws:.1}/{sys:.2}"),
         _ => "-".into(),
     };
     println!(
-        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>15}  {}",
+        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>19}  {}",
         r.case,
         r.mode,
         r.threads,
