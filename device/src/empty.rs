@@ -25,6 +25,7 @@
 //! after the second, so when no one is between those steps, `count` equals
 //! the set bits (checked by `DeviceHeap::check`).
 
+use crate::guard::{TAKE_CLEARS_BY_STORE, planted};
 use crate::index::wrap;
 use crate::simt::Scope;
 use crate::sync::{AtomicU32, Ordering, SharedArray, fence};
@@ -94,7 +95,13 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
             let mut seen = word.load(Ordering::Relaxed);
             while seen != 0 {
                 let bit = 1u32 << seen.trailing_zeros();
-                let before = word.fetch_and(!bit);
+                let before = if planted(TAKE_CLEARS_BY_STORE) {
+                    let before = word.load(Ordering::Relaxed);
+                    word.store(before & !bit, Ordering::Relaxed);
+                    before
+                } else {
+                    word.fetch_and(!bit)
+                };
                 if before & bit != 0 {
                     // ORDERING: acquire (gpu): pairs with the release fence
                     // in `mark`: the marker's zero count is visible to our

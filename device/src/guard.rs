@@ -90,7 +90,7 @@ pub mod plant {
     pub use super::{
         POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_COUNT_BEFORE_RELEASE,
         PUBLISH_WITHOUT_RELEASE, RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT,
-        RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE,
+        RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE, TAKE_CLEARS_BY_STORE,
     };
 
     /// Plants `bug` (or `NONE`) for the models that run next.
@@ -132,6 +132,10 @@ pub const POOL_WITHOUT_TAG: u32 = 7;
 /// Planted bug: the slab pool's push links the slab without the release
 /// fence, so a popper can use the slab before the pusher's writes to it.
 pub const POOL_PUSH_WITHOUT_RELEASE: u32 = 8;
+/// Planted bug: the empty-slot bitmap's `take` clears its bit by a load and
+/// a store instead of one `fetch_and`, so a slot marked in the same word
+/// between the two is lost (its empty slab never taken over).
+pub const TAKE_CLEARS_BY_STORE: u32 = 9;
 
 /// Whether `bug` is planted (always false outside loom builds).
 #[inline(always)]

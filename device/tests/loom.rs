@@ -269,6 +269,41 @@ fn empties_hand_each_mark_to_one_taker() {
     });
 }
 
+/// Two slots of one bitmap word go empty while a claim takes a mark from
+/// that word: neither mark is lost, none is taken twice, and the count
+/// follows the bits.
+fn marks_in_one_word_during_a_take() {
+    let empties = Arc::new(EmptySlots::<1>::new());
+    empties.mark(3);
+    let marker = {
+        let e = Arc::clone(&empties);
+        thread::spawn(move || e.mark(7))
+    };
+    let taker = {
+        let e = Arc::clone(&empties);
+        thread::spawn(move || e.take(32))
+    };
+    marker.join().unwrap();
+    let mut all: Vec<u32> = taker.join().unwrap().into_iter().collect();
+    while let Some(s) = empties.take(32) {
+        all.push(s);
+    }
+    all.sort_unstable();
+    assert_eq!(all, [3, 7], "a mark lost or taken twice");
+    assert_eq!((empties.count(), empties.marked()), (0, 0), "count off");
+}
+
+#[test]
+fn empties_keep_a_mark_made_during_a_take() {
+    model(plant::NONE, marks_in_one_word_during_a_take);
+}
+
+#[test]
+#[should_panic(expected = "a mark lost or taken twice")]
+fn planted_take_clearing_by_store_is_caught() {
+    model(plant::TAKE_CLEARS_BY_STORE, marks_in_one_word_during_a_take);
+}
+
 /// A stale locker (A) read the slot's slab; meanwhile the slab went empty
 /// and a claimer (B) took it over in its slot (as `adopt` does), rebuilt it
 /// and published it again at the same address. A's acquire may land on the
