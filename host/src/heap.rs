@@ -509,7 +509,8 @@ impl Heap {
 
     /// Launches `args`' kernel through the heap's launcher on `grid` ×
     /// `block` and waits for it, and for the server to take the requests it
-    /// left. A heap made by [`Heap::attach`] has no launcher: launch with
+    /// left. First forgets a refusal that may have passed
+    /// ([`Heap::forget_refusal`]). A heap made by [`Heap::attach`] has no launcher: launch with
     /// your own code instead (this returns `HostError::NoLauncher`).
     ///
     /// # Safety
