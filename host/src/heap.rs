@@ -25,7 +25,7 @@
 //! ```
 //!
 //! The host operates the device heap only through `DeviceHeap`'s own methods:
-//! it reads the whole heap into a host copy ([`HeapCopy`]), calls the method
+//! it reads the whole heap into a host copy (`HeapCopy`), calls the method
 //! — `configure`, `pool_push`, `errors`, `traffic`, `take_empty`, `check`,
 //! `census` — and writes the copy back when it changed something. Slab
 //! memory that `check` and `census` read goes through the device interface

@@ -2,7 +2,7 @@
 //! cannot run, so it is kept to the raw driver calls.
 //!
 //! Layers, as in cudarc: cudarc's `driver::result` / `driver::sys` calls are
-//! the thin `unsafe` layer returning `Result`; [`guarded`] turns cudarc's
+//! the thin `unsafe` layer returning `Result`; `guarded` turns cudarc's
 //! panic on a missing library or symbol into an error; the safe types here
 //! ([`CudaModule`], [`CudaMemory`], [`PinnedHost`]) free what they own on
 //! drop and record a failure in the context (`CudaContext::record_err`)
