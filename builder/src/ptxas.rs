@@ -160,12 +160,34 @@ impl Ptxas {
     /// `ptxas -arch=<arch> -v <ptx>`, the cubin going to a temporary file that is
     /// deleted afterwards.
     pub fn assemble(&self, ptx: &Path, arch: Arch) -> Result<PtxasReport, PtxasError> {
+        self.assemble_temporary(ptx, arch, None)
+    }
+
+    /// [`Ptxas::assemble`] with every function held to `max_registers`
+    /// (`--maxrregcount`): what does not fit spills, and the report says so.
+    /// Whether a function fits a register count, as opposed to how many
+    /// ptxas gives it by default (it may take more where more cost nothing).
+    pub fn assemble_capped(
+        &self,
+        ptx: &Path,
+        arch: Arch,
+        max_registers: u32,
+    ) -> Result<PtxasReport, PtxasError> {
+        self.assemble_temporary(ptx, arch, Some(max_registers))
+    }
+
+    fn assemble_temporary(
+        &self,
+        ptx: &Path,
+        arch: Arch,
+        max_registers: Option<u32>,
+    ) -> Result<PtxasReport, PtxasError> {
         let n = CUBIN_COUNTER.fetch_add(1, Ordering::Relaxed);
         let cubin = std::env::temp_dir().join(format!(
             "warpalloc-ptxas-{}-{n}-{arch}.cubin",
             std::process::id()
         ));
-        let r = self.assemble_to(ptx, arch, &cubin);
+        let r = self.assemble_with(ptx, arch, &cubin, max_registers);
         // Best effort: a leftover temporary file is not an error.
         let _ = std::fs::remove_file(&cubin);
         r
@@ -178,12 +200,22 @@ impl Ptxas {
         arch: Arch,
         cubin: &Path,
     ) -> Result<PtxasReport, PtxasError> {
+        self.assemble_with(ptx, arch, cubin, None)
+    }
+
+    fn assemble_with(
+        &self,
+        ptx: &Path,
+        arch: Arch,
+        cubin: &Path,
+        max_registers: Option<u32>,
+    ) -> Result<PtxasReport, PtxasError> {
         let mut cmd = Command::new(&self.path);
-        cmd.arg(format!("-arch={arch}"))
-            .arg("-v")
-            .arg(ptx)
-            .arg("-o")
-            .arg(cubin);
+        cmd.arg(format!("-arch={arch}")).arg("-v");
+        if let Some(n) = max_registers {
+            cmd.arg(format!("--maxrregcount={n}"));
+        }
+        cmd.arg(ptx).arg("-o").arg(cubin);
         let log = self.run(&mut cmd)?;
         Ok(parse_report(&log, arch))
     }
