@@ -44,6 +44,15 @@ pub enum HostError {
     /// The PTX text cannot be given to the driver.
     #[error("invalid PTX: {0}")]
     InvalidPtx(String),
+    /// The driver's JIT rejected a PTX module, and said why.
+    #[error("the CUDA driver rejected the PTX module ({source}); its JIT log: {log}")]
+    ModuleRejected {
+        /// The driver's error (`cuModuleLoadDataEx`).
+        #[source]
+        source: DriverError,
+        /// What the JIT wrote to its error log (empty if nothing).
+        log: String,
+    },
     /// A GPU was required but not available.
     #[error("a GPU was required: {0}")]
     GpuRequired(Box<HostError>),

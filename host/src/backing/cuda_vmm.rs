@@ -8,10 +8,11 @@ use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use cudarc::driver::CudaContext;
 use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{CudaContext, DriverError};
 
 use super::{Backing, BackingError, DriverCalls, GRANULE};
+use crate::device::cuda::bind;
 
 /// GPU memory through the driver's virtual memory API.
 pub struct CudaVmm {
@@ -36,11 +37,22 @@ fn driver(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<(), Backin
         Ok(code) => Err(BackingError::Driver {
             call,
             message: format!("{code:?}"),
+            code: Some(code),
         }),
         Err(_) => Err(BackingError::Driver {
             call,
             message: "the CUDA driver library could not be used (missing symbol?)".into(),
+            code: None,
         }),
+    }
+}
+
+/// A cudarc call's error as a backing error.
+fn driver_error(call: &'static str) -> impl Fn(DriverError) -> BackingError {
+    move |e| BackingError::Driver {
+        call,
+        message: e.to_string(),
+        code: Some(e.0),
     }
 }
 
@@ -49,21 +61,12 @@ impl CudaVmm {
     /// support or its allocation granularity does not divide 2 MiB.
     pub fn new(ctx: Arc<CudaContext>) -> Result<CudaVmm, BackingError> {
         let device = ctx.ordinal() as i32;
-        let bind = |ctx: &CudaContext| {
-            ctx.bind_to_thread().map_err(|e| BackingError::Driver {
-                call: "cuCtxSetCurrent",
-                message: e.to_string(),
-            })
-        };
-        bind(&ctx)?;
+        bind(&ctx).map_err(driver_error("cuCtxSetCurrent"))?;
         let supported = ctx
             .attribute(
                 sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
             )
-            .map_err(|e| BackingError::Driver {
-                call: "cuDeviceGetAttribute",
-                message: e.to_string(),
-            })?;
+            .map_err(driver_error("cuDeviceGetAttribute"))?;
         if supported == 0 {
             return Err(BackingError::Unsupported(
                 "the device does not support CUDA virtual memory management (cuMemCreate/cuMemMap); \
@@ -71,10 +74,9 @@ impl CudaVmm {
                     .into(),
             ));
         }
-        let device_memory = ctx.total_mem().map_err(|e| BackingError::Driver {
-            call: "cuDeviceTotalMem",
-            message: e.to_string(),
-        })? as u64;
+        let device_memory = ctx
+            .total_mem()
+            .map_err(driver_error("cuDeviceTotalMem"))? as u64;
         let mut vmm = CudaVmm {
             ctx,
             device,
@@ -120,10 +122,7 @@ impl CudaVmm {
     }
 
     fn bind(&self) -> Result<(), BackingError> {
-        self.ctx.bind_to_thread().map_err(|e| BackingError::Driver {
-            call: "cuCtxSetCurrent",
-            message: e.to_string(),
-        })
+        bind(&self.ctx).map_err(driver_error("cuCtxSetCurrent"))
     }
 }
 
@@ -183,10 +182,15 @@ impl Backing for CudaVmm {
     }
 
     fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
+        if !self.mapped.contains_key(&addr) {
+            return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
+        }
+        // Bound before the handle leaves `mapped`: a failure leaves the
+        // granule mapped and known, for a later unmap.
+        self.bind()?;
         let Some(handle) = self.mapped.remove(&addr) else {
             return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
         };
-        self.bind()?;
         // SAFETY: a granule we mapped; no kernel uses it (the region's trim
         // contract).
         let result = driver("cuMemUnmap", || unsafe {
@@ -203,7 +207,11 @@ impl Backing for CudaVmm {
         let mut n = 0;
         while let Some(handle) = self.spares.pop() {
             // SAFETY: an unmapped physical allocation we created.
-            driver("cuMemRelease", || unsafe { sys::cuMemRelease(handle) })?;
+            if let Err(e) = driver("cuMemRelease", || unsafe { sys::cuMemRelease(handle) }) {
+                // Kept, for a later release.
+                self.spares.push(handle);
+                return Err(e);
+            }
             self.calls.releases += 1;
             n += 1;
         }
@@ -248,13 +256,13 @@ impl Backing for CudaVmm {
 
 impl Drop for CudaVmm {
     fn drop(&mut self) {
-        let result = self.free_reservation();
-        if let Err(BackingError::Driver { message, .. }) = &result {
-            // Record it in the context, as cudarc's own RAII types do.
-            let _ = message;
-            self.ctx.record_err::<()>(Err(cudarc::driver::DriverError(
-                CUresult::CUDA_ERROR_UNKNOWN,
-            )));
+        // A driver's failure is recorded in the context, as cudarc's own
+        // RAII types do, with the driver's own code.
+        if let Err(BackingError::Driver {
+            code: Some(code), ..
+        }) = self.free_reservation()
+        {
+            self.ctx.record_err::<()>(Err(DriverError(code)));
         }
     }
 }

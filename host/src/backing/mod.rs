@@ -43,6 +43,8 @@ pub enum BackingError {
         call: &'static str,
         /// The driver's error, or cudarc's panic message.
         message: String,
+        /// The driver's code (none when cudarc panicked).
+        code: Option<cudarc::driver::sys::CUresult>,
     },
     /// An operating system call failed.
     #[error("{call} failed: {source}")]

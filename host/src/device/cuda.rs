@@ -44,6 +44,22 @@ pub(crate) fn guarded<T>(
     }
 }
 
+/// Makes `ctx` current on this thread. cudarc's `bind_to_thread` first
+/// hands back (and clears) an error that a drop recorded in the context
+/// earlier, and then does not bind: an unrelated call would fail once, and
+/// a drop would free nothing. Here that error is set aside, the context
+/// bound, and the error recorded again for the program's next cudarc call
+/// to report.
+pub(crate) fn bind(ctx: &CudaContext) -> Result<(), DriverError> {
+    let pending = ctx.check_err();
+    let bound = ctx.bind_to_thread();
+    ctx.record_err(pending);
+    bound
+}
+
+/// Bytes of the JIT's error log kept when the driver rejects a module.
+const JIT_LOG_BYTES: usize = 16 * 1024;
+
 /// Whether libcuda can be loaded at all.
 pub fn driver_present() -> bool {
     // SAFETY: only tries to dlopen the library under its usual names; it
@@ -123,9 +139,7 @@ impl Cuda {
                 "{count} device(s), asked for ordinal {ordinal}"
             )));
         }
-        let ctx = guarded("cuCtxCreate (primary context)", || {
-            CudaContext::new(ordinal)
-        })?;
+        let ctx = guarded("cuDevicePrimaryCtxRetain", || CudaContext::new(ordinal))?;
         Cuda::from_context(ctx)
     }
 
@@ -174,7 +188,14 @@ impl Cuda {
     }
 
     fn bind(&self) -> Result<(), HostError> {
-        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())
+        guarded("cuCtxSetCurrent", || bind(&self.ctx))
+    }
+
+    /// Waits for what was queued on the stream (a copy, a memset): the
+    /// device sees it before any later launch on any stream, and the host
+    /// may reuse or read its buffer.
+    fn wait(&self) -> Result<(), HostError> {
+        guarded("cuStreamSynchronize", || self.stream.synchronize())
     }
 }
 
@@ -187,10 +208,42 @@ impl Device for Cuda {
         let text = CString::new(ptx)
             .map_err(|_| HostError::InvalidPtx("the text contains a NUL byte".into()))?;
         self.bind()?;
-        // SAFETY: `text` is a NUL-terminated PTX image that outlives the call.
-        let raw = guarded("cuModuleLoadData", || unsafe {
-            result::module::load_data(text.as_ptr().cast())
-        })?;
+        // The JIT writes why it rejects a module into this buffer, and the
+        // log's length into the size's slot.
+        let mut log = vec![0u8; JIT_LOG_BYTES];
+        let mut options = [
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        let mut values: [*mut c_void; 2] = [
+            log.as_mut_ptr().cast(),
+            std::ptr::without_provenance_mut(JIT_LOG_BYTES),
+        ];
+        let mut raw: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: `text` is a NUL-terminated PTX image, `log` a writable
+        // buffer of the size given, and the option arrays match in length;
+        // all outlive the call.
+        let loaded = guarded("cuModuleLoadDataEx", || unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut raw,
+                text.as_ptr().cast(),
+                options.len() as u32,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+            .result()
+        });
+        match loaded {
+            Ok(()) => {}
+            Err(HostError::Driver { source, .. }) => {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                return Err(HostError::ModuleRejected {
+                    source,
+                    log: String::from_utf8_lossy(&log[..end]).trim().to_string(),
+                });
+            }
+            Err(other) => return Err(other),
+        }
         Ok(Arc::new(CudaModule {
             raw,
             ctx: Arc::clone(&self.ctx),
@@ -208,29 +261,37 @@ impl Device for Cuda {
             bytes,
             ctx: Arc::clone(&self.ctx),
         };
+        // On the launch stream, and waited for: the legacy stream's memset
+        // is not ordered before a launch on a non-blocking stream.
         // SAFETY: `addr` is `bytes` of fresh device memory we own.
-        guarded("cuMemsetD8", || unsafe {
-            result::memset_d8_sync(addr, 0, bytes)
+        guarded("cuMemsetD8Async", || unsafe {
+            result::memset_d8_async(addr, 0, bytes, self.stream.cu_stream())
         })?;
+        self.wait()?;
         Ok(Box::new(memory))
     }
 
     unsafe fn write(&self, dst: DevicePtr, bytes: &[u8]) -> Result<(), HostError> {
         self.bind()?;
-        // SAFETY: `bytes` is a live slice; `dst` a device range of that size
-        // (the caller's contract).
-        guarded("cuMemcpyHtoD", || unsafe {
-            sys::cuMemcpyHtoD_v2(dst, bytes.as_ptr().cast(), bytes.len()).result()
-        })
+        // On the launch stream, and waited for: a copy from pageable memory
+        // on the legacy stream returns before its DMA ends, and is not
+        // ordered before a launch on a non-blocking stream.
+        // SAFETY: `bytes` is a live slice, kept until the wait below; `dst`
+        // a device range of that size (the caller's contract).
+        guarded("cuMemcpyHtoDAsync", || unsafe {
+            result::memcpy_htod_async(dst, bytes, self.stream.cu_stream())
+        })?;
+        self.wait()
     }
 
     unsafe fn read(&self, src: DevicePtr, out: &mut [u8]) -> Result<(), HostError> {
         self.bind()?;
-        // SAFETY: `out` is a live, writable slice; `src` a device range of
-        // that size (the caller's contract).
-        guarded("cuMemcpyDtoH", || unsafe {
-            sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, out.len()).result()
-        })
+        // SAFETY: `out` is a live, writable slice, kept until the wait
+        // below; `src` a device range of that size (the caller's contract).
+        guarded("cuMemcpyDtoHAsync", || unsafe {
+            result::memcpy_dtoh_async(out, src, self.stream.cu_stream())
+        })?;
+        self.wait()
     }
 
     fn mapped_host(&self, bytes: usize) -> Result<Box<dyn HostMapping>, HostError> {
@@ -304,9 +365,7 @@ impl AsModule for Arc<cudarc::driver::CudaModule> {
 
 impl Module for LinkedModule {
     fn global(&self, name: &str) -> Result<Global, HostError> {
-        self.stream
-            .context()
-            .record_err(self.stream.context().bind_to_thread());
+        guarded("cuCtxSetCurrent", || bind(self.stream.context()))?;
         let global = guarded("cuModuleGetGlobal", || {
             self.module.get_global(name, &self.stream).map(|view| {
                 let (addr, _synced) = view.device_ptr(&self.stream);
@@ -320,7 +379,8 @@ impl Module for LinkedModule {
     }
 
     fn has_kernel(&self, name: &str) -> bool {
-        guarded("cuModuleGetFunction", || self.module.load_function(name)).is_ok()
+        guarded("cuCtxSetCurrent", || bind(self.stream.context())).is_ok()
+            && guarded("cuModuleGetFunction", || self.module.load_function(name)).is_ok()
     }
 
     unsafe fn launch(
@@ -330,6 +390,7 @@ impl Module for LinkedModule {
         block: (u32, u32, u32),
         _sim: &LaunchConfig,
     ) -> Result<LaunchReport, HostError> {
+        guarded("cuCtxSetCurrent", || bind(self.stream.context()))?;
         let function = found(
             guarded("cuModuleGetFunction", || {
                 self.module.load_function(kernel.name())
@@ -362,7 +423,7 @@ impl Allocation for CudaMemory {
 
 impl Drop for CudaMemory {
     fn drop(&mut self) {
-        self.ctx.record_err(self.ctx.bind_to_thread());
+        self.ctx.record_err(bind(&self.ctx));
         // SAFETY: allocated by `cuMemAlloc`, freed once, here.
         self.ctx.record_err(unsafe { result::free_sync(self.addr) });
     }
@@ -397,7 +458,7 @@ impl HostMapping for PinnedHost {
 
 impl Drop for PinnedHost {
     fn drop(&mut self) {
-        self.ctx.record_err(self.ctx.bind_to_thread());
+        self.ctx.record_err(bind(&self.ctx));
         // SAFETY: allocated by `cuMemHostAlloc`, freed once, here.
         self.ctx
             .record_err(unsafe { sys::cuMemFreeHost(self.host.cast()).result() });
@@ -425,7 +486,7 @@ impl CudaModule {
             name: name.to_string(),
         };
         let c_name = CString::new(name).map_err(|_| missing())?;
-        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
+        guarded("cuCtxSetCurrent", || bind(&self.ctx))?;
         // SAFETY: `raw` is a live module of `ctx`, bound above.
         let function = guarded("cuModuleGetFunction", || unsafe {
             result::module::get_function(self.raw, c_name)
@@ -441,7 +502,7 @@ impl Module for CudaModule {
             name: name.to_string(),
         };
         let c_name = CString::new(name).map_err(|_| missing())?;
-        guarded("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
+        guarded("cuCtxSetCurrent", || bind(&self.ctx))?;
         // SAFETY: `raw` is a live module of `ctx`, bound above.
         let global = guarded("cuModuleGetGlobal", || unsafe {
             result::module::get_global(self.raw, c_name)
@@ -469,7 +530,7 @@ impl Module for CudaModule {
 
 impl Drop for CudaModule {
     fn drop(&mut self) {
-        self.ctx.record_err(self.ctx.bind_to_thread());
+        self.ctx.record_err(bind(&self.ctx));
         // SAFETY: `raw` was loaded by `load_module` and is unloaded only here.
         self.ctx
             .record_err(unsafe { result::module::unload(self.raw) });
