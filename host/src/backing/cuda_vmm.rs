@@ -74,9 +74,7 @@ impl CudaVmm {
                     .into(),
             ));
         }
-        let device_memory = ctx
-            .total_mem()
-            .map_err(driver_error("cuDeviceTotalMem"))? as u64;
+        let device_memory = ctx.total_mem().map_err(driver_error("cuDeviceTotalMem"))? as u64;
         let mut vmm = CudaVmm {
             ctx,
             device,
