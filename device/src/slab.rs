@@ -231,10 +231,14 @@ impl Slab {
             }
             waiting = simt::ballot(uniform, result == 0);
         }
-        // ORDERING: acquire (gpu): pairs with the release fence of the lane
-        // that freed the block (`deallocate`): its accesses to the block
-        // happen-before ours.
+        // ORDERING: acquire (gpu): a head's, after its `fetch_or`, pairs
+        // with the release fence of the lane that freed the block
+        // (`deallocate`): its accesses to the block happen-before ours.
         fence(Ordering::Acquire, Scope::Gpu);
+        // The lanes that did not read the word themselves are ordered after
+        // their head's acquire: `bar.warp.sync` orders memory among the
+        // lanes it synchronises, a shuffle does not (PTX ISA).
+        simt::syncwarp(uniform);
         result
     }
 

@@ -5,7 +5,8 @@
 //! ```text
 //!               ┌ nvptx64 ─ Atomic*: PTX at .gpu scope (`ld.relaxed.gpu.global`,
 //!               │           `atom.relaxed.gpu.global.*`); SysAtomic*: core
-//!               │           atomics (LLVM's `.sys`); fences `fence.*.{gpu,sys}`
+//!               │           atomics (loads, stores `.sys`); fences
+//!               │           `fence.*.{gpu,sys}`
 //!   sync::* ────┼ host    ─ core atomics + a count and a simulator switch point
 //!               │           each
 //!               └ loom    ─ loom::sync::atomic (cfg(loom))
@@ -15,9 +16,17 @@
 //! ever touched by kernels between launches' host copies, so its atomics are
 //! `Atomic*`: `.gpu` scope, the `.global` state space (`cvta.to.global` of the
 //! address first), which is cheaper than `.sys` and compiles to one
-//! instruction where LLVM's generic form adds a fallback. Memory the host reads
-//! *while* kernels run — the RPC ports in mapped host memory — uses
-//! `SysAtomic*`: LLVM's atomics, which are `.sys`.
+//! instruction where LLVM's generic form adds a fallback. So an `Atomic*` must
+//! live in global memory on the GPU (the heap, a kernel's buffer, a module
+//! global): one on the stack or in shared memory would be addressed as
+//! global memory, wrongly. Memory the host reads *while* kernels run — the
+//! RPC ports in mapped host memory — uses `SysAtomic*`: LLVM's atomics, whose
+//! loads and stores are `.sys` (`ld.relaxed.sys`, `ld.acquire.sys`,
+//! `st.release.sys`). Their read-modify-writes are not: LLVM emits an
+//! unscoped `atom.global.*`, and PTX assumes `.gpu` when `atom` names no
+//! scope (PTX ISA, `atom`); a read-modify-write on mapped host memory is
+//! atomic for the CPU only where the device has host-native atomics anyway.
+//! The mailbox uses loads and stores only.
 //!
 //! **Read-modify-writes take no ordering: they are always relaxed.** LLVM 22
 //! emits `fetch_add`/`fetch_or`/`swap`... on nvptx64 as plain relaxed
@@ -84,7 +93,8 @@ macro_rules! atomic_int {
         pub struct $name(inner::$inner);
 
         impl $name {
-            /// A new atomic holding `value`.
+            /// A new atomic holding `value`. On the GPU an `Atomic*` is used
+            /// in global memory only (see the module's docs).
             #[cfg(not(loom))]
             pub const fn new(value: $int) -> Self {
                 $name(inner::$inner::new(value))
@@ -101,7 +111,8 @@ macro_rules! atomic_int {
             /// # Safety
             /// As [`core::sync::atomic`]'s `from_ptr`: `ptr` is aligned, valid
             /// for reads and writes for `'a`, and only accessed atomically
-            /// while the reference lives.
+            /// while the reference lives. On the GPU, for an `Atomic*`, `ptr`
+            /// points into global memory (see the module's docs).
             #[cfg(not(loom))]
             #[inline(always)]
             pub unsafe fn from_ptr<'a>(ptr: *mut $int) -> &'a Self {
@@ -483,6 +494,7 @@ mod sys {
                 macro_rules! rmw {
                     ($name:ident) => {
                         /// A relaxed read-modify-write; the previous value.
+                        /// `.gpu` scope, not `.sys` (see the module's docs).
                         ///
                         /// # Safety
                         /// `p` is valid and aligned, and only accessed

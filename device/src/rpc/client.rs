@@ -59,7 +59,12 @@ impl<'a> Client<'a> {
         if simt::lane_id() == leader {
             index = self.lock_alone();
         }
-        simt::shfl_u32(lane_mask, index, leader)
+        let index = simt::shfl_u32(lane_mask, index, leader);
+        // The leader's acquires (the lock's, the server's) happen-before the
+        // lanes' writes to the port: `bar.warp.sync` orders memory among
+        // the lanes it synchronises, a shuffle does not (PTX ISA).
+        simt::syncwarp(lane_mask);
+        index
     }
 
     /// Locks a port (one lane, no collectives) and waits until the server
