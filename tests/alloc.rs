@@ -792,6 +792,19 @@ fn nulls(ptrs: &[u64]) -> usize {
     ptrs.iter().filter(|&&p| p == 0).count()
 }
 
+/// A warp's malloc of `size` once a refusal should be over (`after` says
+/// why): the heap asks the host again and every lane is served.
+fn served_again(heap: &mut Heap, size: u32, after: &str) -> Vec<u64> {
+    let asked = heap.stats().expect("stats").rpc.allocs;
+    let (_, got) = malloc_warp(heap, size);
+    assert_eq!(nulls(&got), 0, "{after}, and the heap still refuses");
+    assert!(
+        heap.stats().expect("stats").rpc.allocs > asked,
+        "{after}, and the host was not asked"
+    );
+    got
+}
+
 /// One warp each of 16 B, 64 B, 256 B and 1 KiB on a heap whose region
 /// holds four slabs: four classes fill the four slabs. Returns the warps'
 /// blocks.
@@ -884,16 +897,9 @@ fn a_temporary_refusal_is_forgotten_before_the_next_launch() {
     heap.fail_every(1);
     let (_, got) = malloc_warp(&mut heap, 16);
     assert_eq!(nulls(&got), 32, "every mapping fails");
-    let asked = heap.stats().expect("stats").rpc.allocs;
-    assert!(asked > 0);
+    assert!(heap.stats().expect("stats").rpc.allocs > 0);
     heap.fail_every(0);
-    let (_, got) = malloc_warp(&mut heap, 16);
-    assert_eq!(
-        nulls(&got),
-        0,
-        "the host maps again, and the heap still refuses"
-    );
-    assert!(heap.stats().expect("stats").rpc.allocs > asked);
+    let got = served_again(&mut heap, 16, "the host maps again");
     assert!(
         !heap.forget_refusal().expect("forget"),
         "nothing left to forget"
@@ -914,14 +920,7 @@ fn memory_coming_back_ends_a_refusal() {
     assert_eq!(nulls(&got), 32, "the region is full");
     free_warp(&mut heap, &kept[3]);
     assert!(heap.trim().expect("trim") > 0, "the empty slab unmapped");
-    let asked = heap.stats().expect("stats").rpc.allocs;
-    let (_, got) = malloc_warp(&mut heap, 4096);
-    assert_eq!(
-        nulls(&got),
-        0,
-        "trim gave memory back, the heap still refuses"
-    );
-    assert!(heap.stats().expect("stats").rpc.allocs > asked);
+    let got = served_again(&mut heap, 4096, "trim gave memory back");
     for ptrs in [&kept[0], &kept[1], &kept[2], &got] {
         free_warp(&mut heap, ptrs);
     }
@@ -952,14 +951,7 @@ fn memory_coming_back_ends_a_refusal() {
     let (_, got) = malloc_warp(&mut heap, 4096);
     assert_eq!(nulls(&got), 32, "the region is full");
     free_counts(&mut heap, &LaunchConfig::linear(1, 1), &large);
-    let asked = heap.stats().expect("stats").rpc.allocs;
-    let (_, got) = malloc_warp(&mut heap, 4096);
-    assert_eq!(
-        nulls(&got),
-        0,
-        "the large block went back, the heap still refuses"
-    );
-    assert!(heap.stats().expect("stats").rpc.allocs > asked);
+    let got = served_again(&mut heap, 4096, "the large block went back");
     for ptrs in kept.iter().chain([&got]) {
         free_warp(&mut heap, ptrs);
     }

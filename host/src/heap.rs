@@ -64,7 +64,7 @@ use warpalloc_device::heap::{Census, LAYOUT, MAX_SLOTS, SlabMemory};
 use warpalloc_device::registry;
 use warpalloc_device::rpc::wire::{self, Port, Reply, Request};
 
-use crate::backing::{Backing, GRANULE, Refusal, Region, RegionConfig, RegionStats};
+use crate::backing::{Backing, GRANULE, Region, RegionConfig, RegionStats};
 use crate::device::{
     Allocation, AsDevice, AsModule, Device, Global, HostMapping, Launch, LaunchReport, Module,
 };
@@ -231,10 +231,7 @@ fn handler(region: SharedRegion, counters: Arc<Counters>) -> Arc<server::Handler
         Request::Alloc { bytes, align } => {
             counters.allocs.fetch_add(1, Ordering::Relaxed);
             Reply::Alloc(lock(&region).allocate(bytes, align).map_err(|why| {
-                if matches!(
-                    why,
-                    Refusal::Headroom | Refusal::Driver | Refusal::InjectedFault
-                ) {
+                if why.may_pass() {
                     counters.temporary_refusal.store(true, Ordering::Relaxed);
                 }
                 why.status()

@@ -219,14 +219,7 @@ pub fn clock() -> u64 {
 /// Counts one atomic access of the calling lane (nothing outside a launch);
 /// the sums are the launch's `atomic_loads`, `atomic_stores`, `atomic_rmws`.
 pub fn count_access(access: Access) {
-    let _ = with_ctx(|c| {
-        let counter = match access {
-            Access::Load => &c.accesses.loads,
-            Access::Store => &c.accesses.stores,
-            Access::Rmw => &c.accesses.rmws,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    });
+    count(access, false);
 }
 
 /// Counts one atomic access at system scope (on the GPU a `.sys`
@@ -234,14 +227,21 @@ pub fn count_access(access: Access) {
 /// totals, as [`count_access`], and in its `sys_loads`, `sys_stores`,
 /// `sys_rmws`.
 pub fn count_sys_access(access: Access) {
-    count_access(access);
+    count(access, true);
+}
+
+fn count(access: Access, sys: bool) {
     let _ = with_ctx(|c| {
-        let counter = match access {
-            Access::Load => &c.accesses.sys_loads,
-            Access::Store => &c.accesses.sys_stores,
-            Access::Rmw => &c.accesses.sys_rmws,
+        let a = &c.accesses;
+        let (all, system) = match access {
+            Access::Load => (&a.loads, &a.sys_loads),
+            Access::Store => (&a.stores, &a.sys_stores),
+            Access::Rmw => (&a.rmws, &a.sys_rmws),
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        all.fetch_add(1, Ordering::Relaxed);
+        if sys {
+            system.fetch_add(1, Ordering::Relaxed);
+        }
     });
 }
 

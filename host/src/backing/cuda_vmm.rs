@@ -180,15 +180,13 @@ impl Backing for CudaVmm {
     }
 
     fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
-        if !self.mapped.contains_key(&addr) {
+        let Some(&handle) = self.mapped.get(&addr) else {
             return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
-        }
+        };
         // Bound before the handle leaves `mapped`: a failure leaves the
         // granule mapped and known, for a later unmap.
         self.bind()?;
-        let Some(handle) = self.mapped.remove(&addr) else {
-            return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
-        };
+        self.mapped.remove(&addr);
         // SAFETY: a granule we mapped; no kernel uses it (the region's trim
         // contract).
         let result = driver("cuMemUnmap", || unsafe {

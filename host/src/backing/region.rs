@@ -60,6 +60,18 @@ impl Refusal {
         }
     }
 
+    /// Whether the refusal may pass without memory coming back to the
+    /// region: the headroom check and a driver error depend on what else
+    /// holds device memory (another process may free some), an injected
+    /// fault on the schedule. The heap forgets such a refusal before its
+    /// next launch (`Heap::forget_refusal`).
+    pub fn may_pass(self) -> bool {
+        match self {
+            Refusal::Headroom | Refusal::Driver | Refusal::InjectedFault => true,
+            Refusal::Limit | Refusal::NoAddressSpace | Refusal::BadRequest => false,
+        }
+    }
+
     /// Every refusal, in status-code order.
     pub const ALL: [Refusal; 6] = [
         Refusal::Limit,

@@ -57,6 +57,11 @@ pub(crate) fn bind(ctx: &CudaContext) -> Result<(), DriverError> {
     bound
 }
 
+/// [`bind`], a failure as the `cuCtxSetCurrent` error it is.
+fn make_current(ctx: &CudaContext) -> Result<(), HostError> {
+    guarded("cuCtxSetCurrent", || bind(ctx))
+}
+
 /// Bytes of the JIT's error log kept when the driver rejects a module.
 const JIT_LOG_BYTES: usize = 16 * 1024;
 
@@ -188,7 +193,7 @@ impl Cuda {
     }
 
     fn bind(&self) -> Result<(), HostError> {
-        guarded("cuCtxSetCurrent", || bind(&self.ctx))
+        make_current(&self.ctx)
     }
 
     /// Waits for what was queued on the stream (a copy, a memset): the
@@ -365,7 +370,7 @@ impl AsModule for Arc<cudarc::driver::CudaModule> {
 
 impl Module for LinkedModule {
     fn global(&self, name: &str) -> Result<Global, HostError> {
-        guarded("cuCtxSetCurrent", || bind(self.stream.context()))?;
+        make_current(self.stream.context())?;
         let global = guarded("cuModuleGetGlobal", || {
             self.module.get_global(name, &self.stream).map(|view| {
                 let (addr, _synced) = view.device_ptr(&self.stream);
@@ -379,7 +384,7 @@ impl Module for LinkedModule {
     }
 
     fn has_kernel(&self, name: &str) -> bool {
-        guarded("cuCtxSetCurrent", || bind(self.stream.context())).is_ok()
+        make_current(self.stream.context()).is_ok()
             && guarded("cuModuleGetFunction", || self.module.load_function(name)).is_ok()
     }
 
@@ -390,7 +395,7 @@ impl Module for LinkedModule {
         block: (u32, u32, u32),
         _sim: &LaunchConfig,
     ) -> Result<LaunchReport, HostError> {
-        guarded("cuCtxSetCurrent", || bind(self.stream.context()))?;
+        make_current(self.stream.context())?;
         let function = found(
             guarded("cuModuleGetFunction", || {
                 self.module.load_function(kernel.name())
@@ -486,7 +491,7 @@ impl CudaModule {
             name: name.to_string(),
         };
         let c_name = CString::new(name).map_err(|_| missing())?;
-        guarded("cuCtxSetCurrent", || bind(&self.ctx))?;
+        make_current(&self.ctx)?;
         // SAFETY: `raw` is a live module of `ctx`, bound above.
         let function = guarded("cuModuleGetFunction", || unsafe {
             result::module::get_function(self.raw, c_name)
@@ -502,7 +507,7 @@ impl Module for CudaModule {
             name: name.to_string(),
         };
         let c_name = CString::new(name).map_err(|_| missing())?;
-        guarded("cuCtxSetCurrent", || bind(&self.ctx))?;
+        make_current(&self.ctx)?;
         // SAFETY: `raw` is a live module of `ctx`, bound above.
         let global = guarded("cuModuleGetGlobal", || unsafe {
             result::module::get_global(self.raw, c_name)
