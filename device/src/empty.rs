@@ -116,6 +116,45 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         None
     }
 
+    /// Takes a marked slot among the first `slots` for which `wanted`
+    /// holds, clearing its bit, without touching the marks it passes:
+    /// `wanted` is asked of at most `checks` marked slots, from the hint's
+    /// word on. `None` when none of those it asked about was wanted (or
+    /// another taker won the one that was).
+    pub fn take_if(&self, slots: u32, checks: u32, wanted: impl Fn(u32) -> bool) -> Option<u32> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let words = slots.div_ceil(32).min(WORDS as u32);
+        let hint = self.hint.load(Ordering::Relaxed);
+        let start = if hint < words { hint } else { 0 };
+        let mut asked = 0u32;
+        for i in 0..words {
+            let at = wrap(start, i, words);
+            let word = self.words.get(at as usize);
+            let mut seen = word.load(Ordering::Relaxed);
+            while seen != 0 {
+                if asked == checks {
+                    return None;
+                }
+                asked += 1;
+                let bit = 1u32 << seen.trailing_zeros();
+                seen &= !bit;
+                if !wanted(at * 32 + bit.trailing_zeros()) {
+                    continue;
+                }
+                if word.fetch_and(!bit) & bit != 0 {
+                    // ORDERING: acquire (gpu): pairs with the release fence
+                    // in `mark`, as in `take`.
+                    fence(Ordering::Acquire, Scope::Gpu);
+                    self.count.fetch_sub(1);
+                    return Some(at * 32 + bit.trailing_zeros());
+                }
+            }
+        }
+        None
+    }
+
     /// Clears slot `slot`'s mark, if set (host side: a trim gave its slab
     /// back).
     pub fn clear(&self, slot: u32) {
@@ -168,6 +207,25 @@ mod tests {
         taken.sort();
         assert_eq!(taken, [Some(5), Some(77), Some(127)]);
         assert_eq!((e.take(128), e.count(), e.marked()), (None, 0, 0));
+    }
+
+    #[test]
+    fn take_if_takes_only_a_wanted_mark_and_leaves_the_others() {
+        let e = EmptySlots::<4>::new();
+        for s in [3, 40, 41, 100] {
+            e.mark(s);
+        }
+        assert_eq!(e.take_if(128, 8, |s| s == 41), Some(41));
+        assert_eq!((e.count(), e.marked()), (3, 3));
+        assert!(e.is_marked(3) && e.is_marked(40) && e.is_marked(100));
+        assert_eq!(e.take_if(128, 8, |s| s == 41), None, "taken once");
+        // At most `checks` marks are asked about.
+        assert!(
+            e.take_if(128, 1, |s| s == 40 || s == 3 || s == 100)
+                .is_some()
+        );
+        assert_eq!(e.take_if(128, 2, |_| false), None);
+        assert_eq!((e.count(), e.marked()), (2, 2));
     }
 
     #[test]

@@ -77,6 +77,47 @@ pub const MAX_TRIES: u32 = 16;
 
 const _: () = assert!(LIVE.count_ones() == 1 && LIVE >> 31 == 1);
 
+/// [`Lock::Creating`]'s `waiting` when the caller met a publication in
+/// flight rather than a creation's dead counter, or could not register.
+pub const UNKNOWN_WAIT: u32 = u32::MAX;
+/// A creation tag's class sits above this bit; the lanes counted below.
+pub const TAG_SHIFT: u32 = 24;
+const TAG_LANES: u32 = (1 << TAG_SHIFT) - 1;
+/// Classes a tag can name (6 bits, below `LIVE`).
+const TAG_CLASSES: u32 = 1 << (31 - TAG_SHIFT);
+const _: () = assert!(crate::size_class::CLASS_COUNT as u32 <= TAG_CLASSES);
+
+/// The dead counter a claim of a slot for `class` by `n` lanes leaves while
+/// it creates the slab: the class above [`TAG_SHIFT`], the lanes below.
+/// Groups that meet the slot add their lanes to it ([`Lock::Creating`]),
+/// so that a creation is waited for by about as many lanes as it will
+/// serve, and the rest go on and create slabs of their own. Never 0 (`n`
+/// ≥ 1), so that it also says "may claim" to [`Guard::lock`].
+#[inline(always)]
+pub const fn creation_tag(class: usize, n: u32) -> u32 {
+    ((class as u32 % TAG_CLASSES) << TAG_SHIFT) | (n & TAG_LANES)
+}
+
+/// What a [`Lock::Creating`]'s `waiting` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Creation {
+    /// The class the slot is being created for.
+    pub class: u32,
+    /// The lanes counted on it: its creators' and its registered waiters'.
+    pub lanes: u32,
+}
+
+impl Creation {
+    /// Decodes a dead counter's value (`None` for [`UNKNOWN_WAIT`]).
+    #[inline(always)]
+    pub fn of(waiting: u32) -> Option<Creation> {
+        (waiting != UNKNOWN_WAIT).then_some(Creation {
+            class: (waiting >> TAG_SHIFT) % TAG_CLASSES,
+            lanes: waiting & TAG_LANES,
+        })
+    }
+}
+
 /// Bugs a loom model can plant in this protocol, to show that the model
 /// catches them (`tests/loom.rs`). Loom builds only.
 #[cfg(loom)]
@@ -88,7 +129,7 @@ pub mod plant {
     /// No bug.
     pub const NONE: u32 = 0;
     pub use super::{
-        POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_COUNT_BEFORE_RELEASE,
+        POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_BY_ADD, PUBLISH_COUNT_BEFORE_RELEASE,
         PUBLISH_WITHOUT_RELEASE, RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT,
         RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE, TAKE_CLEARS_BY_STORE,
     };
@@ -136,6 +177,12 @@ pub const POOL_PUSH_WITHOUT_RELEASE: u32 = 8;
 /// a store instead of one `fetch_and`, so a slot marked in the same word
 /// between the two is lost (its empty slab never taken over).
 pub const TAKE_CLEARS_BY_STORE: u32 = 9;
+
+/// Planted bug: `publish` makes the count live by adding `LIVE | n` to the
+/// dead counter instead of setting it, so a creation's tag and the lanes
+/// that registered to wait for it become references that no one holds:
+/// the slab never empties.
+pub const PUBLISH_BY_ADD: u32 = 10;
 
 /// Whether `bug` is planted (always false outside loom builds).
 #[inline(always)]
@@ -196,8 +243,26 @@ impl RefCount {
     /// dead (the references are not held).
     #[inline(always)]
     pub fn acquire(&self, n: u32) -> Option<u32> {
-        let value = self.counter.fetch_add(n).wrapping_add(n);
+        let value = self.add(n);
         (value & LIVE != 0).then_some(value & !LIVE)
+    }
+
+    /// Adds `n` to the counter and returns its raw value after: a live
+    /// count (`LIVE` set: `n` references taken), or a dead counter's
+    /// garbage (the references are not held).
+    #[inline(always)]
+    fn add(&self, n: u32) -> u32 {
+        self.counter.fetch_add(n).wrapping_add(n)
+    }
+
+    /// Sets a dead counter to `tag` (a claim's [`creation_tag`]): only a
+    /// slot's claimant does this, and no acquire can succeed on it until
+    /// `publish` makes it live. A racing failed acquire's addition may be
+    /// lost or land on top: the value only steers how many groups wait
+    /// for the creation.
+    #[inline(always)]
+    fn tag(&self, tag: u32) {
+        self.counter.swap(tag & !LIVE);
     }
 
     /// Gives back `n` references taken by a successful [`acquire`];
@@ -233,6 +298,10 @@ impl RefCount {
     /// lost or overwrite ours, and every acquire that succeeds afterwards
     /// counts on top of `n`.
     fn establish(&self, n: u32) {
+        if planted(PUBLISH_BY_ADD) {
+            self.counter.fetch_add(LIVE | n);
+            return;
+        }
         let mut seen = self.counter.load(Ordering::Relaxed);
         while let Err(now) = self.counter.compare_exchange(seen, LIVE | n) {
             seen = now;
@@ -266,7 +335,15 @@ pub enum Lock {
     /// and [`Guard::publish`] it, or [`Guard::abandon`] the claim.
     Claimed,
     /// The slot is being created: retry it soon (the slab may be for us).
-    Creating,
+    /// `waiting` is the dead counter after the caller's addition: the
+    /// claim's [`creation_tag`] plus every group's lanes that registered
+    /// so far, the caller's included ([`Creation::of`] reads it); or
+    /// [`UNKNOWN_WAIT`] when the caller met a creation that was just
+    /// being published (retry at once).
+    Creating {
+        /// The dead counter after the caller's addition.
+        waiting: u32,
+    },
     /// As `Creating`, but the caller's stale reference was the slot's
     /// last: its new slab is empty now, and the caller must mark it empty
     /// (`EmptySlots::mark`).
@@ -306,33 +383,56 @@ impl Guard {
     }
 
     /// Tries to take `n` references to the slot's slab, claiming the slot
-    /// when it is empty and `may_claim`. One lane calls it for its group.
-    pub fn lock(&self, n: u32, may_claim: bool) -> Lock {
-        let mut seen = self.ptr.load(Ordering::Relaxed);
+    /// when it is empty and `claim` is not 0 — a [`creation_tag`], which
+    /// the claim leaves in the dead counter. One lane calls it for its
+    /// group. Meeting a slot being created, the caller's `n` lanes are
+    /// added to the creation's count ([`Lock::Creating`]).
+    pub fn lock(&self, n: u32, claim: u32) -> Lock {
+        let seen = self.ptr.load(Ordering::Relaxed);
         if seen == 0 {
-            if !may_claim {
+            if claim == 0 {
                 return Lock::Empty;
             }
-            match self.ptr.compare_exchange(0, SENTINEL) {
-                Ok(_) => {
-                    // ORDERING: acquire (gpu): pairs with the release fence in
-                    // `vacate`: the previous occupant's takeover happens-before
-                    // our creation.
-                    fence(Ordering::Acquire, Scope::Gpu);
-                    return Lock::Claimed;
-                }
-                Err(now) => seen = now,
+            if self.ptr.compare_exchange(0, SENTINEL).is_ok() {
+                // ORDERING: acquire (gpu): pairs with the release fence in
+                // `vacate`: the previous occupant's takeover happens-before
+                // our creation — our tag below included, which must come
+                // after the takeover's CAS of the counter (loom found the
+                // tag stored before this fence land before that CAS in
+                // the counter's order and turn a published slab's count
+                // dead).
+                fence(Ordering::Acquire, Scope::Gpu);
+                // The counter is dead (an empty slot's): it counts the
+                // lanes that wait for this creation until `publish`.
+                self.refs.tag(claim);
+                return Lock::Claimed;
             }
+            // Claimed (or published) by another lane since.
         }
-        if seen == SENTINEL {
-            // Being created: the caller retries later. It must not wait here:
-            // the creating group may be in its own warp, waiting for it at the
-            // next collective.
-            return Lock::Creating;
+        // On a slab: an acquire. On a creation (SENTINEL; also an empty
+        // slot claimed since our load) by a search that may claim: a
+        // registration as its waiter (the dead counter counts the lanes
+        // that wait for it), or, if it was published meanwhile, an
+        // acquire. Others (frees, an exhausted heap's search) only learn
+        // that it is being created. We must not wait here: the creating
+        // group may be in our own warp, waiting for us at its next
+        // collective.
+        let creating = seen == 0 || seen == SENTINEL;
+        if creating && claim == 0 {
+            return Lock::Creating {
+                waiting: UNKNOWN_WAIT,
+            };
         }
-        let Some(count) = self.refs.acquire(n) else {
-            return Lock::Busy;
-        };
+        let raw = self.refs.add(n);
+        if raw & LIVE == 0 {
+            return if creating {
+                Lock::Creating { waiting: raw }
+            } else {
+                // A published slab whose count is dead: being taken over.
+                Lock::Busy
+            };
+        }
+        let count = raw & !LIVE;
         // ORDERING: acquire (gpu): pairs with the release fence in `publish`
         // (before it makes the count live): a successful acquire means the
         // slab we now read was initialised (header, bitfield, granule entry)
@@ -350,12 +450,21 @@ impl Guard {
             if self.refs.release(n) == 0 {
                 return Lock::Emptied;
             }
-            return Lock::Creating;
+            return Lock::Creating {
+                waiting: UNKNOWN_WAIT,
+            };
         }
         Lock::Acquired {
             slab: slab_of(word),
             count,
         }
+    }
+
+    /// Whether the slot is being created now (one load: a waiter polls
+    /// this instead of registering again).
+    #[inline(always)]
+    pub fn is_creating(&self) -> bool {
+        self.ptr.load(Ordering::Relaxed) == SENTINEL
     }
 
     /// Publishes a slab created after [`Lock::Claimed`], with `n`

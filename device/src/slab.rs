@@ -85,6 +85,21 @@ impl Slab {
         unsafe { self.header_ptr().read() }
     }
 
+    /// The block size the header names, read atomically: a search may read
+    /// it from a slab it holds no reference to (an empty slab it considers
+    /// taking over), while a taker may be rewriting it (`init` writes it
+    /// atomically too). A hint, not a fact: only a reference or ownership
+    /// makes the header stable.
+    ///
+    /// # Safety
+    /// The slab is mapped.
+    #[inline(always)]
+    pub unsafe fn block_hint(self) -> u32 {
+        // SAFETY: the header's first word, 4-byte aligned in a mapped slab
+        // (the caller's contract); it is only written atomically.
+        unsafe { AtomicU32::from_ptr(self.0 as usize as *mut u32) }.load(Ordering::Relaxed)
+    }
+
     /// Bitfield word `i`.
     ///
     /// # Safety
@@ -112,12 +127,13 @@ impl Slab {
             // SAFETY: exclusive ownership by the caller's contract; the
             // header is in bounds and aligned.
             unsafe {
-                self.header_ptr().write(Header {
-                    block: geo.block,
-                    slot,
-                    words: geo.words,
-                    magic: MAGIC,
-                })
+                let header = self.header_ptr();
+                // `block` atomically: a search may read it without holding
+                // the slab (`block_hint`).
+                AtomicU32::from_ptr(&raw mut (*header).block).store(geo.block, Ordering::Relaxed);
+                (&raw mut (*header).slot).write(slot);
+                (&raw mut (*header).words).write(geo.words);
+                (&raw mut (*header).magic).write(MAGIC);
             };
         }
         // Plain stores, interleaved across the group (coalesced on the GPU):

@@ -18,7 +18,7 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::thread;
 use warpalloc_device::empty::EmptySlots;
-use warpalloc_device::guard::{Guard, Lock, plant};
+use warpalloc_device::guard::{Creation, Guard, Lock, creation_tag, plant};
 use warpalloc_device::pool::SlabPool;
 
 /// The planted bug is process-wide: models run one at a time.
@@ -58,14 +58,14 @@ impl World {
             slab: SlabModel::new(READY),
             publications: AtomicU32::new(0),
         });
-        assert_eq!(world.guard.lock(1, true), Lock::Claimed);
+        assert_eq!(world.guard.lock(1, 1), Lock::Claimed);
         world.guard.publish(world.addr(), 1);
         world
     }
 
     /// What a locker does: lock the slot, use the slab it got, release it.
     fn lock_use_release(&self) {
-        if let Lock::Acquired { slab, .. } = self.guard.lock(1, false) {
+        if let Lock::Acquired { slab, .. } = self.guard.lock(1, 0) {
             self.use_slab(slab);
             self.release(1);
         }
@@ -173,7 +173,7 @@ fn claim_race() {
         publications: AtomicU32::new(0),
     });
     let lane = |w: Arc<World>| {
-        move || match w.guard.lock(1, true) {
+        move || match w.guard.lock(1, 1) {
             Lock::Claimed => {
                 w.slab.payload.with_mut(|p| {
                     // SAFETY: the claim gives exclusive access; loom checks it.
@@ -188,7 +188,7 @@ fn claim_race() {
                 w.use_slab(slab);
                 w.release(1);
             }
-            Lock::Creating | Lock::Emptied | Lock::Busy | Lock::Empty => {}
+            Lock::Creating { .. } | Lock::Emptied | Lock::Busy | Lock::Empty => {}
         }
     };
     let a = thread::spawn(lane(Arc::clone(&world)));
@@ -208,7 +208,8 @@ fn claim_race() {
     assert_eq!(
         world.guard.peek(),
         None,
-        "an empty slab could not be taken over"
+        "an empty slab could not be taken over (count {:#x}, published {published}, C: {reclaimed})",
+        world.guard.raw_count()
     );
     assert_eq!(
         world.slab.reclaims.load(Ordering::Relaxed),
@@ -243,6 +244,83 @@ fn planted_reclaim_without_acquire_is_caught() {
 #[should_panic(expected = "Causality violation")]
 fn planted_publish_without_release_is_caught() {
     model(plant::PUBLISH_WITHOUT_RELEASE, claim_race);
+}
+
+/// A creation and a group that meets it: the slot is claimed for class 5
+/// with one lane; A initialises the slab and publishes it; B, a group of two
+/// lanes of that class, meets the slot while it is being created, is
+/// counted on the creation (it holds no reference), waits for the
+/// publication and then locks the slab. The creation's count reads the
+/// claim's class and its lanes plus B's; the registrations never reach the
+/// live count: when both are done the slab is empty and can be taken over.
+fn waiter_registration() {
+    const CLASS: usize = 5;
+    let world = Arc::new(World {
+        guard: Guard::new(),
+        slab: SlabModel::new(0),
+        publications: AtomicU32::new(0),
+    });
+    assert_eq!(world.guard.lock(1, creation_tag(CLASS, 1)), Lock::Claimed);
+    let a = {
+        let w = Arc::clone(&world);
+        thread::spawn(move || {
+            w.slab.payload.with_mut(|p| {
+                // SAFETY: the claim gives exclusive access; loom checks it.
+                unsafe { *p = READY }
+            });
+            w.guard.publish(w.addr(), 1);
+            w.use_slab(w.addr());
+            w.release(1);
+        })
+    };
+    let b = {
+        let w = Arc::clone(&world);
+        thread::spawn(move || {
+            let mut registered = false;
+            loop {
+                match w.guard.lock(2, creation_tag(CLASS, 2)) {
+                    Lock::Acquired { slab, .. } => {
+                        w.use_slab(slab);
+                        w.release(2);
+                        return;
+                    }
+                    Lock::Creating { waiting } => {
+                        assert!(!registered, "the model registers once");
+                        registered = true;
+                        if let Some(c) = Creation::of(waiting) {
+                            assert_eq!(c.class, CLASS as u32, "the claim's class");
+                            assert_eq!(c.lanes, 3, "the claim's lane and ours");
+                        }
+                        // Counted on it: wait for the publication with
+                        // loads, not by registering again.
+                        while w.guard.is_creating() {
+                            thread::yield_now();
+                        }
+                    }
+                    // Our registration landed on the live count of the
+                    // publication and was the slab's last reference (the
+                    // heap marks it empty): lock it again.
+                    Lock::Emptied => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        })
+    };
+    a.join().unwrap();
+    b.join().unwrap();
+    assert_eq!(world.guard.use_count(), 0, "references left behind");
+    assert!(world.reclaim(), "an empty slab could not be taken over");
+}
+
+#[test]
+fn guard_waiter_registration() {
+    model(plant::NONE, waiter_registration);
+}
+
+#[test]
+#[should_panic(expected = "references left behind")]
+fn planted_publish_by_add_is_caught() {
+    model(plant::PUBLISH_BY_ADD, waiter_registration);
 }
 
 #[test]

@@ -1,9 +1,20 @@
 #!/usr/bin/env python3
 """Turns the GPU check's outputs (run.sh) into device-check.json and a
-markdown table, device-check.md, for BENCHMARKS.md."""
+markdown table, device-check.md, for BENCHMARKS.md.
+
+Every alloc/free row of warpalloc's bench is paired with the same case of
+CUDA's device malloc (baseline.jsonl) and, when run.sh ran it, of the peer
+allocator Gallatin (gallatin.jsonl, the same JSON lines with
+"impl":"gallatin"): warpalloc ÷ CUDA malloc and warpalloc ÷ Gallatin."""
 import json
+import re
 import sys
 from pathlib import Path
+
+# What a table cell shows when there is no figure.
+NONE = "—"
+# run.sh's exit status for a case its time budget left no time for.
+SKIPPED = 254
 
 
 def load(path):
@@ -43,9 +54,145 @@ def bench_rows(out):
         case_rows = got.get("rows", []) if isinstance(got, dict) else []
         rows.extend(case_rows)
         if code != 0 or not case_rows:
-            why = "timed out" if code == 124 else f"exit {code}"
-            missing.append(f"{name} ({why}, {len(case_rows)} rows)")
+            missing.append(f"{name} ({exit_text(code)}, {len(case_rows)} rows)")
     return {"rows": rows, "missing": missing}
+
+
+def exit_text(code):
+    """What run.sh's recorded exit status of a case means."""
+    if code in (124, 137):
+        return "timed out"
+    if code == SKIPPED:
+        return "skipped: run.sh's time budget was spent"
+    return f"exit {code}"
+
+
+def case_exits(path):
+    """The exit status of each case of a baseline.err or gallatin.err (run.sh
+    appends "ARGS exit N" after each), by the key `peer_key` gives its row."""
+    exits = {}
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return exits
+    for line in text.splitlines():
+        m = re.fullmatch(r"(alloc_free (\d+) (\d+)|mixed|ceiling) exit (-?\d+)", line.strip())
+        if not m:
+            continue
+        key = (int(m.group(2)), int(m.group(3))) if m.group(2) else m.group(1)
+        exits[key] = int(m.group(4))
+    return exits
+
+
+def peer_key(line):
+    """The key of a baseline.cu / gallatin-bench JSON line: (threads, size)
+    for alloc_free, "mixed" for mixed, None for the others."""
+    if line.get("case") == "alloc_free":
+        return (line.get("threads"), line.get("size"))
+    if line.get("case") == "mixed":
+        return "mixed"
+    return None
+
+
+def peer(got, err):
+    """A peer's JSON lines by key (`peer_key`) and its cases' exit statuses."""
+    return {"rows": {peer_key(b): b for b in got if peer_key(b) is not None},
+            "exits": case_exits(err)}
+
+
+def peer_cell(p, key, threads=None):
+    """A peer's pairs per second for `key` (its nulls and bad blocks noted,
+    and its thread count when it is not `threads`), or why there is none; and
+    the figure itself (None when there is none)."""
+    if p is None:
+        return NONE, None
+    b = p["rows"].get(key)
+    if b is None:
+        code = p["exits"].get(key)
+        return (f"{NONE} ({exit_text(code)})" if code not in (None, 0) else NONE), None
+    pps = b.get("pairs_per_second")
+    notes = []
+    tries = (b.get("pairs") or 0) + (b.get("nulls") or 0)
+    if b.get("nulls") and tries:
+        notes.append(f"{100 * b['nulls'] / tries:.1f} % nulls")
+    if b.get("bad"):
+        notes.append(f"{b['bad']} bad")
+    if threads is not None and b.get("threads") != threads:
+        notes.append(f"{b.get('threads')} threads")
+    text = rate(pps) if pps else NONE
+    return (f"{text} ({', '.join(notes)})" if notes else text), (pps or None)
+
+
+def peer_threads(peers, key):
+    """The thread count of a peer's case: its key's, or the JSON line's for mixed."""
+    if isinstance(key, tuple):
+        return key[0]
+    return next((x["rows"][key].get("threads") for x in peers if key in x["rows"]), NONE)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}×" if a and b else NONE
+
+
+def peer_missing(p, want):
+    """The cases of `want` a peer gave no row for, and why."""
+    out = []
+    for key in want:
+        if key in p["rows"]:
+            continue
+        code = p["exits"].get(key)
+        name = f"{key[0]} × {key[1]} B" if isinstance(key, tuple) else key
+        out.append(f"{name} ({exit_text(code) if code is not None else 'not run'})")
+    return out
+
+
+def sanitizer_summary(path):
+    """compute-sanitizer's ERROR SUMMARY line and the exit status of a
+    vmm-control-*.txt, or None when there is no such file."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    summary = re.findall(r"ERROR SUMMARY: (\d+) errors?", text)
+    code = re.findall(r"^exit (-?\d+)$", text, re.M)
+    return {
+        "errors": int(summary[-1]) if summary else None,
+        "exit": int(code[-1]) if code else None,
+        "out_of_bounds": text.count("Invalid __global__ write") + text.count("Invalid __global__ read"),
+    }
+
+
+# warpalloc's slab geometry, as device/src/size_class.rs computes it (the
+# bench JSON does not report it): 2 MiB slabs, a 16-byte header, one bit per
+# block, the first block aligned to the block's power of two (4 KiB at most).
+SLAB_SIZE = 2 << 20
+HEADER_BYTES = 16
+MIN_BLOCK = 16
+MAX_DATA_ALIGN = 4096
+
+
+def block_size(n):
+    """The block (class) size of an n-byte request: a multiple of 16 of the
+    form {4, 6, 7, 8} << k."""
+    y = max(n, MIN_BLOCK)
+    step = 1 << ((y - 1).bit_length() - 3)
+    c = 8 * step
+    for c in (4 * step, 6 * step, 7 * step, 8 * step):
+        if c >= y:
+            break
+    return (c + 15) & ~15
+
+
+def usable_blocks(n):
+    """Blocks in one slab of the class of an n-byte request (None for a
+    request that bypasses slabs)."""
+    if not 0 < n < SLAB_SIZE // 2:
+        return None
+    block = block_size(n)
+    words = -(-(SLAB_SIZE // block) // 32)
+    align = min(block & -block, MAX_DATA_ALIGN)
+    data = -(-(HEADER_BYTES + 4 * words) // align) * align
+    return (SLAB_SIZE - data) // block
 
 
 def rate(x):
@@ -66,6 +213,10 @@ def main(out):
         "stress_pool": load(out / "stress-pool.json"),
         "bench": bench_rows(out),
         "baseline": lines(out / "baseline.jsonl"),
+        # None when run.sh did not run Gallatin (not staged).
+        "gallatin": lines(out / "gallatin.jsonl") if (out / "gallatin.jsonl").exists() else None,
+        "vmm_control": {when: v for when in ("before", "during")
+                        if (v := sanitizer_summary(out / f"vmm-control-{when}.txt")) is not None},
     }
     (out / "device-check.json").write_text(json.dumps(report, indent=2))
 
@@ -78,7 +229,7 @@ def main(out):
 
     rpc_exit = exit_code("stress-rpc.err")
     served = (report["stress_rpc"] or {}).get("rpc_allocs", 0)
-    if rpc_exit == 124:
+    if rpc_exit in (124, 137):
         deadlock = "NOT shown: the RPC-mode stress run hit its timeout (a kernel spinning on the mailbox while the server maps memory may hang)"
     elif rpc_exit == 0 and served:
         deadlock = f"shown: the RPC-mode stress run finished with {served} ALLOC requests served (memory mapped) while its kernels ran"
@@ -103,30 +254,120 @@ def main(out):
             md.append("problems: " + "; ".join(s["problems"]))
         md.append("")
 
-    base = {(b.get("threads"), b.get("size")): b for b in report["baseline"] if b.get("case") == "alloc_free"}
+    cuda_peer = peer(report["baseline"], out / "baseline.err")
+    gallatin = peer(report["gallatin"], out / "gallatin.err") if report["gallatin"] is not None else None
     ceiling = next((b for b in report["baseline"] if b.get("op") == "random atomicOr"), None)
     ceil = ceiling["ops_per_second"] if ceiling else None
-    md.append("## alloc/free pairs per second: warpalloc vs CUDA malloc")
+    title = "warpalloc vs CUDA malloc" + (" and Gallatin" if gallatin else "")
+    md.append(f"## alloc/free pairs per second: {title}")
     md.append("")
-    md.append("| case | mode | threads | size | warpalloc cold | warpalloc warm | CUDA malloc | ratio | % of atomicOr ceiling | map/req |")
-    md.append("|---|---|---|---|---|---|---|---|---|---|")
+    head = ["case", "mode", "threads", "size", "warpalloc cold", "warpalloc warm",
+            "CUDA malloc", "warpalloc ÷ CUDA malloc"]
+    if gallatin:
+        head += ["Gallatin", "warpalloc ÷ Gallatin"]
+    head += ["slab turnovers per second", "% of atomicOr ceiling", "map/req"]
+    md.append("| " + " | ".join(head) + " |")
+    md.append("|" + "---|" * len(head))
+    pairs, wanted = [], []
     for r in (report["bench"] or {}).get("rows", []):
         one_size = r["min_bytes"] == r["max_bytes"]
         size = r["min_bytes"] if one_size else None
         size_text = f"{r['min_bytes']} B" if one_size else f"{r['min_bytes']}-{r['max_bytes']} B"
-        b = base.get((r["threads"], size)) if r["case"] == "alloc_free" else None
-        if r["case"].startswith("mixed"):
-            b = next((x for x in report["baseline"] if x.get("case") == "mixed"), None)
+        # The pool row is alloc_free too (slabs mapped before the launch).
+        alloc_free = r["case"] in ("alloc_free", "alloc_free pool") and one_size
+        key = (r["threads"], size) if alloc_free else "mixed" if r["case"].startswith("mixed") else None
         warm = r["warm_pairs_per_second"] or r["cold_pairs_per_second"]
-        cuda = b["pairs_per_second"] if b else None
-        ratio = f"{warm / cuda:.2f}×" if cuda else "-"
+        cuda_text, cuda = peer_cell(cuda_peer, key, r["threads"]) if key else (NONE, None)
+        cells = [r["case"], r["mode"], str(r["threads"]), size_text, rate(r["cold_pairs_per_second"]),
+                 rate(r["warm_pairs_per_second"]), cuda_text, ratio(warm, cuda)]
+        gal = None
+        if gallatin:
+            gal_text, gal = peer_cell(gallatin, key, r["threads"]) if key else (NONE, None)
+            cells += [gal_text, ratio(warm, gal)]
+        usable = usable_blocks(size) if alloc_free else None
+        turnovers = warm / usable if usable and warm else None
         pct = f"{100 * warm / ceil:.1f}%" if ceil else "-"
         mpr = f"{r['mapped_per_requested']:.2f}" if r.get("mapped_per_requested") else "-"
-        md.append(f"| {r['case']} | {r['mode']} | {r['threads']} | {size_text} | {rate(r['cold_pairs_per_second'])} | "
-                  f"{rate(r['warm_pairs_per_second'])} | {rate(cuda)} | {ratio} | {pct} | {mpr} |")
+        cells += [rate(turnovers) if turnovers else NONE, pct, mpr]
+        md.append("| " + " | ".join(cells) + " |")
+        if key is not None:
+            wanted.append(key)
+            pairs.append({
+                "case": r["case"], "mode": r["mode"], "threads": r["threads"], "size": size,
+                "warpalloc_pairs_per_second": warm or None,
+                "cuda_malloc_pairs_per_second": cuda,
+                "gallatin_pairs_per_second": gal,
+                "warpalloc_per_cuda_malloc": warm / cuda if warm and cuda else None,
+                "warpalloc_per_gallatin": warm / gal if warm and gal else None,
+                "usable_blocks_per_slab": usable,
+                "slab_turnovers_per_second": turnovers,
+            })
+    # The peers' cases warpalloc gave no row for (its case failed or timed
+    # out): shown too, so that every measured case is in the table.
+    peers = [x for x in (cuda_peer, gallatin) if x]
+    extra = {k for x in peers for k in list(x["rows"]) + list(x["exits"]) if k not in ("ceiling", None)}
+    for key in sorted(extra - set(wanted), key=lambda k: (isinstance(k, str), k)):
+        cuda_text, cuda = peer_cell(cuda_peer, key)
+        cells = ["mixed" if key == "mixed" else "alloc_free", NONE,
+                 str(peer_threads(peers, key)), "16-8192 B" if key == "mixed" else f"{key[1]} B",
+                 NONE, f"{NONE} (no row)", cuda_text, NONE]
+        gal = None
+        if gallatin:
+            gal_text, gal = peer_cell(gallatin, key)
+            cells += [gal_text, NONE]
+        cells += [NONE, "-", "-"]
+        md.append("| " + " | ".join(cells) + " |")
+        pairs.append({
+            "case": cells[0], "mode": None, "threads": peer_threads(peers, key),
+            "size": None if key == "mixed" else key[1],
+            "warpalloc_pairs_per_second": None, "cuda_malloc_pairs_per_second": cuda,
+            "gallatin_pairs_per_second": gal, "warpalloc_per_cuda_malloc": None,
+            "warpalloc_per_gallatin": None, "usable_blocks_per_slab": None,
+            "slab_turnovers_per_second": None,
+        })
+    report["pairs"] = pairs
     if report["bench"]["missing"]:
         md.append("")
         md.append("bench cases without all their rows: " + "; ".join(report["bench"]["missing"]))
+    wanted = list(dict.fromkeys(wanted))
+    for name, p in (("CUDA malloc", cuda_peer), ("Gallatin", gallatin)):
+        gone = peer_missing(p, wanted) if p else []
+        if gone:
+            md.append("")
+            md.append(f"{name} cases without a row: " + "; ".join(gone))
+    if pairs:
+        md.append("")
+        md.append("warpalloc's figure in each ratio is its warm run (cold when there is no warm one); "
+                  "every implementation runs 4 malloc → write/read a word → free rounds per thread, "
+                  "256 threads a block, and the peers' figures are their warm (second) launch.")
+    if any(x["slab_turnovers_per_second"] for x in pairs):
+        sizes = sorted({x["size"] for x in pairs if x["usable_blocks_per_slab"]})
+        held = ", ".join(f"{s} B: {usable_blocks(s)} blocks of {block_size(s)} B" for s in sizes)
+        md.append("")
+        md.append("Slab turnovers per second: warpalloc's pairs per second ÷ the blocks one 2 MiB slab "
+                  f"holds for the size ({held}). The bench JSON does not report those counts: "
+                  "report.py computes them with the size-class rule of device/src/size_class.rs "
+                  "(2 MiB − 16-byte header − bitfield, the first block aligned), which it must follow "
+                  "if that rule changes.")
+    if gallatin:
+        init = next((b for b in report["gallatin"] if b.get("case") == "init"), None)
+        if init:
+            md.append("")
+            md.append(f"Gallatin: {init.get('variant', '?')}, {init.get('note', '')}; "
+                      f"init {init.get('ms', 0):.0f} ms, outside the timed launches.")
+    vmm = report.get("vmm_control") or {}
+    if vmm:
+        md.append("")
+        md.append("## compute-sanitizer memcheck control (vmm_control)")
+        md.append("")
+        md.append("A kernel's first write into a 2 MiB granule the host maps before the launch "
+                  "(expected: no error) or while the kernel runs (memcheck reports it).")
+        md.append("")
+        for when, v in vmm.items():
+            errors = f"{v['errors']} error{'' if v['errors'] == 1 else 's'}" if v["errors"] is not None else "no ERROR SUMMARY"
+            status = exit_text(v["exit"]) if v["exit"] is not None else "no exit status"
+            md.append(f"- mapped {when}: {errors}, {v['out_of_bounds']} invalid accesses reported, {status}")
+    (out / "device-check.json").write_text(json.dumps(report, indent=2))
     md.append("")
     md.append("## atomics ceiling")
     md.append("")

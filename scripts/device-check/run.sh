@@ -1,59 +1,98 @@
 #!/usr/bin/env bash
 # warpalloc's GPU check: the one command to run on a GPU machine, in the
 # folder `cargo xtask device-check` staged (the release `warpalloc` binary,
-# this script, baseline.cu and report.py; no Rust toolchain needed).
+# this script, baseline.cu and report.py, and when it was given Gallatin's
+# source, peers/gallatin-bench and peers/vmm_control; no Rust toolchain
+# needed).
 #
 #   OUT=/some/dir ./run.sh
 #
 # Runs every stress kernel at full scale (8 blocks per SM) in RPC and pool
 # modes, the benchmark cases, the CUDA C++ baseline (CUDA's own device malloc
-# with its heap raised to 8 GiB) and the atomics ceiling, then writes
-# $OUT/device-check.json and $OUT/device-check.md. Each step, and each
-# benchmark case, has a timeout: at most about 8 minutes in all, usually far
-# less.
+# with its heap raised to 8 GiB) and the atomics ceiling, the peer allocator
+# Gallatin through the same cases (when staged), and compute-sanitizer
+# memcheck on the VMM control program (when staged and compute-sanitizer is
+# on PATH), then writes $OUT/device-check.json and $OUT/device-check.md.
+#
+# Every step, and each benchmark case, has its own timeout, cut to what is
+# left of a budget of BUDGET seconds (default 465) for the whole script: it
+# ends within 8 minutes even if everything hangs (the limits alone add up to
+# more; in a normal run only CUDA malloc's slowest case reaches its limit). A
+# case with no time left is skipped: its .err says so, then "exit 254".
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 step() { echo "== $*" >&2; }
 
+SECONDS=0
+BUDGET=${BUDGET:-465}
+# STEPS: the steps to run (default all): a shorter check for a GPU session
+# that has little device time left, e.g. STEPS="stress bench gallatin".
+STEPS=${STEPS:-"stress bench baseline gallatin memcheck"}
+want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+# limited LIMIT CMD...: CMD under `timeout` with LIMIT seconds, or what is left
+# of the budget if that is less; 254 without running it when none is left.
+limited() {
+  local want=$1 left
+  shift
+  left=$((BUDGET - SECONDS))
+  if [ "$left" -lt 1 ]; then
+    echo "skipped: run.sh's time budget (${BUDGET} s) is spent" >&2
+    return 254
+  fi
+  [ "$left" -lt "$want" ] && want=$left
+  timeout -k 5 "$want" "$@"
+}
+
+# The thread counts of every alloc/free case (warpalloc, CUDA malloc,
+# Gallatin), so that the report pairs each row; the most of them is also
+# the thread count of the mixed and pool cases.
+THREADS="10240 102400 1048576"
+SIZES="4 64 1024 8192"
+
 step "GPU"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv > "$OUT/gpu.csv" 2>&1
+limited 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv > "$OUT/gpu.csv" 2>&1
 cat "$OUT/gpu.csv" >&2
 
 step "warpalloc info"
-timeout 20 ./warpalloc --gpu info > "$OUT/info.txt" 2>&1
+limited 20 ./warpalloc --gpu info > "$OUT/info.txt" 2>&1
 cat "$OUT/info.txt" >&2
 
 # Pool mode first: slabs mapped before the launch, no RPC on the slab path
 # (and no large blocks here). Then RPC mode, where the host maps memory for
 # running kernels (the part no CPU test can vouch for).
+if want stress; then
 step "stress (pool)"
-timeout 60 ./warpalloc --gpu stress --pool-slabs 1024 --large-one-in 0 --json > "$OUT/stress-pool.json" 2> "$OUT/stress-pool.err"
+limited 60 ./warpalloc --gpu stress --pool-slabs 1024 --large-one-in 0 --json > "$OUT/stress-pool.json" 2> "$OUT/stress-pool.err"
 echo "exit $?" >> "$OUT/stress-pool.err"
 step "stress (rpc)"
-timeout 75 ./warpalloc --gpu stress --json > "$OUT/stress-rpc.json" 2> "$OUT/stress-rpc.err"
+limited 75 ./warpalloc --gpu stress --json > "$OUT/stress-rpc.json" 2> "$OUT/stress-rpc.err"
 echo "exit $?" >> "$OUT/stress-rpc.err"
+fi
 
+if want bench; then
 step "bench"
 # One process per case (alloc-free one per size), each with its own limit:
 # a case that runs out of time loses only its own rows (the report names it).
 bench_case() {
   name=$1; limit=$2; shift 2
-  timeout "$limit" ./warpalloc --gpu bench --json "$@" > "$OUT/bench-$name.json" 2> "$OUT/bench-$name.err"
+  limited "$limit" ./warpalloc --gpu bench --json --threads "${THREADS// /,}" "$@" > "$OUT/bench-$name.json" 2> "$OUT/bench-$name.err"
   echo "exit $?" >> "$OUT/bench-$name.err"
 }
-for size in 4 64 1024 8192; do
+for size in $SIZES; do
   bench_case "alloc-free-$size" 20 --cases alloc-free --sizes "$size"
 done
 for case in pool mixed fragmentation footprint out-of-memory; do
   bench_case "$case" 15 --cases "$case"
 done
+fi
 
+if want baseline; then
 step "baseline"
 BASELINE=./baseline
 if command -v nvcc > /dev/null; then
-  nvcc -O3 -arch=sm_90 -std=c++17 -o baseline-here baseline.cu 2> "$OUT/nvcc.err" && BASELINE=./baseline-here
+  limited 120 nvcc -O3 -arch=sm_90 -std=c++17 -o baseline-here baseline.cu 2> "$OUT/nvcc.err" && BASELINE=./baseline-here
 fi
 # One case per process, each with its own limit: the atomics ceiling first,
 # then CUDA malloc's cases from the cheapest; a case that runs out of time
@@ -62,16 +101,49 @@ fi
 : > "$OUT/baseline.err"
 baseline_case() {
   limit=$1; shift
-  timeout "$limit" "$BASELINE" "$@" >> "$OUT/baseline.jsonl" 2>> "$OUT/baseline.err"
+  limited "$limit" "$BASELINE" "$@" >> "$OUT/baseline.jsonl" 2>> "$OUT/baseline.err"
   echo "$* exit $?" >> "$OUT/baseline.err"
 }
 baseline_case 20 ceiling
-for threads in 10240 102400 1048576; do
-  for size in 4 64 1024 8192; do
+for threads in $THREADS; do
+  for size in $SIZES; do
     baseline_case 10 alloc_free "$threads" "$size"
   done
 done
 baseline_case 15 mixed
+fi
+
+# The peer allocator Gallatin (PPoPP 2024) through the same cases, when
+# `cargo xtask device-check` was given its source (GALLATIN_DIR).
+if ! want gallatin; then
+  step "gallatin: not in STEPS"
+elif [ -x ./peers/gallatin-bench ]; then
+  step "gallatin"
+  : > "$OUT/gallatin.jsonl"
+  : > "$OUT/gallatin.err"
+  gallatin_case() {
+    limited 10 ./peers/gallatin-bench "$@" >> "$OUT/gallatin.jsonl" 2>> "$OUT/gallatin.err"
+    echo "$* exit $?" >> "$OUT/gallatin.err"
+  }
+  for threads in $THREADS; do
+    for size in $SIZES; do
+      gallatin_case alloc_free "$threads" "$size"
+    done
+  done
+  gallatin_case mixed
+else
+  step "gallatin: not staged (no peers/gallatin-bench), the report has no Gallatin column"
+fi
+
+# memcheck's control: a kernel's first write into a granule mapped before the
+# launch (expect no error) and while the kernel runs (memcheck reports one).
+if want memcheck && [ -x ./peers/vmm_control ] && command -v compute-sanitizer > /dev/null; then
+  step "memcheck control (vmm_control)"
+  for when in before during; do
+    limited 30 compute-sanitizer --tool memcheck ./peers/vmm_control "$when" > "$OUT/vmm-control-$when.txt" 2>&1
+    echo "exit $?" >> "$OUT/vmm-control-$when.txt"
+  done
+fi
 
 step "report"
 python3 report.py "$OUT"

@@ -285,6 +285,7 @@ fn device_check(steps: &mut Steps) -> Result<()> {
             .context("compiling baseline.cu")?;
         Ok(())
     })?;
+    steps.run("peers", || peers(&stage))?;
     steps.run("no-GPU path", || {
         let out = stage.join("out-local");
         let status = Command::new(stage.join("run.sh"))
@@ -301,6 +302,9 @@ fn device_check(steps: &mut Steps) -> Result<()> {
         if !out.join("device-check.md").is_file() {
             bail!("report.py wrote no device-check.md");
         }
+        if stage.join("peers/gallatin-bench").is_file() && !out.join("gallatin.err").is_file() {
+            bail!("run.sh did not run the staged peers/gallatin-bench");
+        }
         Ok(())
     })?;
     eprintln!(
@@ -308,6 +312,167 @@ fn device_check(steps: &mut Steps) -> Result<()> {
         stage.display()
     );
     Ok(())
+}
+
+/// The CCCL headers (`nvidia-cuda-cccl`, pinned) that Gallatin needs: its
+/// `cooperative_groups.h` includes `<nv/target>`, which the nvcc wheel lacks.
+const CCCL_PACKAGE: &str = "nvidia-cuda-cccl==13.0.85";
+/// Gallatin's header that the peer's bench includes: a source folder without
+/// it is not a copy of saltsystemslab/gallatin.
+const GALLATIN_HEADER: &str = "include/gallatin/allocators/global_allocator.cuh";
+/// The mangled names of the kernels of `gallatin_bench.cu`, whose ptxas
+/// register lines the `peers` step prints.
+const GALLATIN_KERNELS: &[(&str, &str)] =
+    &[("alloc_free", "_Z10alloc_freejj"), ("mixed", "_Z5mixedjj")];
+
+/// The `peers` step of `device-check`: builds the peer allocator Gallatin's
+/// bench and the memcheck control (`../shared/peers/build.sh`) into
+/// `STAGE/peers/`, when Gallatin's source is given (`$GALLATIN_DIR`, else
+/// `.peers/gallatin`); without it the GPU check runs without them.
+fn peers(stage: &Path) -> Result<()> {
+    let Some(gallatin) = gallatin_dir()? else {
+        eprintln!(
+            "xtask: no Gallatin source, so the GPU check's report will have no Gallatin column: \
+             set GALLATIN_DIR to a copy of github.com/saltsystemslab/gallatin (or unpack one into .peers/gallatin)"
+        );
+        return Ok(());
+    };
+    let shared = root()
+        .parent()
+        .context("the repository root has no parent folder (where shared/ is)")?
+        .join("shared/peers");
+    let build = shared.join("build.sh");
+    if !build.is_file() {
+        bail!(
+            "Gallatin's source is given ({}), but {} is missing",
+            gallatin.display(),
+            build.display()
+        );
+    }
+    let nvcc = nvcc_full()?.join("nvidia/cu13/bin/nvcc");
+    let cccl = cccl()?;
+    let out = stage.join("peers");
+    eprintln!(
+        "xtask: building Gallatin's bench from {} into {}",
+        gallatin.display(),
+        out.display()
+    );
+    let mut cmd = Command::new("bash");
+    cmd.arg(build)
+        .arg(gallatin)
+        .arg(&out)
+        .env("NVCC", nvcc)
+        .env("CCCL", cccl);
+    let shown = show(&cmd);
+    let done = cmd
+        .output()
+        .with_context(|| format!("could not run `{shown}`"))?;
+    // ptxas's `-v` lines are on stderr.
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr)
+    );
+    if !done.status.success() {
+        bail!("`{shown}` failed ({}):\n{log}", done.status);
+    }
+    for f in ["gallatin-bench", "vmm_control"] {
+        if !out.join(f).is_file() {
+            bail!("`{shown}` made no {}", out.join(f).display());
+        }
+    }
+    for (name, mangled) in GALLATIN_KERNELS {
+        match ptxas_registers(&log, mangled) {
+            Some(line) => eprintln!("xtask: Gallatin's {name} kernel (sm_90): {line}"),
+            None => {
+                eprintln!("xtask: no ptxas register line for Gallatin's {name} kernel ({mangled})")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Gallatin's source: `$GALLATIN_DIR`, else `.peers/gallatin` (git-ignored)
+/// when it exists; `None` when neither is given.
+fn gallatin_dir() -> Result<Option<PathBuf>> {
+    let dir = match std::env::var_os("GALLATIN_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let dir = root().join(".peers/gallatin");
+            if !dir.exists() {
+                return Ok(None);
+            }
+            dir
+        }
+    };
+    if !dir.join(GALLATIN_HEADER).is_file() {
+        bail!(
+            "{} is not a copy of github.com/saltsystemslab/gallatin (it has no {GALLATIN_HEADER})",
+            dir.display()
+        );
+    }
+    Ok(Some(dir))
+}
+
+/// The CCCL headers' include folder: `$CCCL`, else
+/// `.peers/cccl/nvidia/cu13/include/cccl` (git-ignored), where the pinned
+/// wheel is installed with pip on demand.
+fn cccl() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("CCCL").filter(|d| !d.is_empty()) {
+        let dir = PathBuf::from(dir);
+        if !dir.join("nv/target").is_file() {
+            bail!(
+                "CCCL={} has no nv/target (want the cccl include folder of the unpacked {CCCL_PACKAGE} wheel)",
+                dir.display()
+            );
+        }
+        return Ok(dir);
+    }
+    let base = root().join(".peers/cccl");
+    let include = base.join("nvidia/cu13/include/cccl");
+    if include.join("nv/target").is_file() {
+        return Ok(include);
+    }
+    eprintln!(
+        "xtask: installing the CCCL headers ({CCCL_PACKAGE}) into {}",
+        base.display()
+    );
+    if base.exists() {
+        std::fs::remove_dir_all(&base).with_context(|| format!("removing {}", base.display()))?;
+    }
+    Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--target",
+        ])
+        .arg(base)
+        .arg(CCCL_PACKAGE)
+        .output_ok()
+        .context("pip install of the CCCL headers")?;
+    if !include.join("nv/target").is_file() {
+        bail!(
+            "{CCCL_PACKAGE} installed, but {} has no nv/target (package layout changed?)",
+            include.display()
+        );
+    }
+    Ok(include)
+}
+
+/// ptxas's register line (`Used N registers, …`) for the entry function
+/// `mangled` in nvcc's `-Xptxas -v` output.
+fn ptxas_registers<'a>(log: &'a str, mangled: &str) -> Option<&'a str> {
+    let entry = format!("Compiling entry function '{mangled}'");
+    log.lines()
+        .skip_while(|l| !l.contains(&entry))
+        .skip(1)
+        .take_while(|l| !l.contains("Compiling entry function"))
+        .find(|l| l.contains("Used ") && l.contains(" registers"))
+        .map(|l| l.split_once(": ").map_or(l, |(_, rest)| rest).trim())
 }
 
 fn run(steps: &mut Steps, mut args: Vec<String>) -> Result<()> {
@@ -580,6 +745,26 @@ mod tests {
     #[test]
     fn toolchain_is_pinned() {
         assert!(toolchain().starts_with("nightly"));
+    }
+
+    #[test]
+    fn ptxas_register_lines() {
+        let log = "ptxas info    : Compiling entry function '_Z5mixedjj' for 'sm_90'\n\
+                   ptxas info    : Function properties for _Z5mixedjj\n\
+                   \x20   0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+                   ptxas info    : Used 71 registers, used 0 barriers\n\
+                   ptxas info    : Compiling entry function '_Z10alloc_freejj' for 'sm_90'\n\
+                   ptxas info    : Function properties for _Z10alloc_freejj\n\
+                   ptxas info    : Used 70 registers, used 0 barriers\n";
+        assert_eq!(
+            ptxas_registers(log, "_Z10alloc_freejj"),
+            Some("Used 70 registers, used 0 barriers")
+        );
+        assert_eq!(
+            ptxas_registers(log, "_Z5mixedjj"),
+            Some("Used 71 registers, used 0 barriers")
+        );
+        assert_eq!(ptxas_registers(log, "_Z4nonev"), None);
     }
 
     #[test]

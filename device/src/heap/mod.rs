@@ -9,7 +9,8 @@
 //!   ├── mailbox     where the host's RPC ports are, and their lock bits
 //!   ├── pool        slabs mapped before launch (pool mode), a lock-free stack
 //!   ├── slots[]     32 768 guards (8 B: slab word, count) → slabs (64 GiB)
-//!   ├── hints[]     per size class: the slot that served it last
+//!   ├── hints[]     per size class and stream (SM % STREAMS): the slot
+//!   │               that served that stream last
 //!   ├── granules[]  per 2 MiB granule of the region: Unused | Slab(slot) |
 //!   │               Large(granules) | Freed — what `free` may touch
 //!   └── empties     slots whose slab went empty (a bitmap): what a claim
@@ -73,8 +74,21 @@ use crate::size_class::{CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, class_ind
 use crate::slab::Slab;
 use crate::sync::{AtomicU32, Ordering, SharedArray};
 
+/// Hints per size class: warps start their search from the hint of their
+/// SM's stream (`sm_id % STREAMS`), so that warps on different SMs start
+/// at different slabs of a class once it has several, instead of every
+/// warp locking one slab's guard (Gallatin spreads by `smid % n` too).
+/// Stream 0's hint is also the class's: creations and frees into full
+/// slabs move it, and a stream with no hint of its own starts there.
+pub const STREAMS: usize = 32;
+const _: () = assert!(STREAMS.is_power_of_two());
+
 /// Slots in the table: 32 768 × 2 MiB = 64 GiB of slabs.
 pub const MAX_SLOTS: usize = 32_768;
+/// Emptied slabs a refused large block gives back to the host at most
+/// before it asks again.
+const GIVE_BACK: u32 = 64;
+
 /// The largest region a heap can manage.
 pub const MAX_REGION: u64 = 64 << 30;
 /// Granule-table entries: one per 2 MiB of the largest region.
@@ -95,7 +109,7 @@ pub struct DeviceHeap {
     mailbox: Mailbox,
     pool: SlabPool<REGION_GRANULES>,
     slots: SharedArray<Guard, MAX_SLOTS>,
-    hints: [AtomicU32; CLASS_COUNT],
+    hints: [AtomicU32; CLASS_COUNT * STREAMS],
     granules: GranuleTable<REGION_GRANULES>,
     empties: EmptySlots<{ MAX_SLOTS / 32 }>,
     /// Set when the provider refused a slab, to the memory generation the
@@ -171,9 +185,11 @@ impl DeviceHeap {
         self.slots.get(index as usize)
     }
 
+    /// The hint of `class`'s stream `stream` (< `STREAMS`; 0: the
+    /// class's own).
     #[inline(always)]
-    fn class_hint(&self, class: usize) -> &AtomicU32 {
-        &self.hints[class.min(CLASS_COUNT - 1)]
+    fn class_hint(&self, class: usize, stream: usize) -> &AtomicU32 {
+        &self.hints[(class * STREAMS + stream % STREAMS).min(CLASS_COUNT * STREAMS - 1)]
     }
 
     /// An unbound heap: every allocation returns null until the host binds a
@@ -187,7 +203,7 @@ impl DeviceHeap {
             mailbox: Mailbox::new(),
             pool: SlabPool::new(),
             slots: SharedArray::new([const { Guard::new() }; MAX_SLOTS]),
-            hints: [const { AtomicU32::new(0) }; CLASS_COUNT],
+            hints: [const { AtomicU32::new(0) }; CLASS_COUNT * STREAMS],
             granules: GranuleTable::new(),
             empties: EmptySlots::new(),
             exhausted: AtomicU32::new(0),
@@ -389,7 +405,12 @@ impl DeviceHeap {
     #[cold]
     #[inline(never)]
     fn allocate_large(&self, bytes: u64, align: u64) -> u64 {
-        let addr = self.system_allocate(bytes, align);
+        let mut addr = self.system_allocate(bytes, align);
+        if addr == 0 && self.give_back_empties() != 0 {
+            // Memory pressure: the classes' emptied slabs went back to the
+            // host, which may now have the run it lacked.
+            addr = self.system_allocate(bytes, align);
+        }
         if addr == 0 {
             return 0;
         }
@@ -406,6 +427,31 @@ impl DeviceHeap {
         );
         self.counters.large_allocations.fetch_add(1);
         addr
+    }
+
+    /// Gives emptied slabs back to the host (one lane; a large block was
+    /// refused): classes keep their emptied slabs while memory lasts, and
+    /// this is where they stop keeping them. At most `GIVE_BACK` slabs, as
+    /// `trim` would: the granule table forgets each, its slot is emptied.
+    /// Returns how many went back.
+    #[cold]
+    fn give_back_empties(&self) -> u32 {
+        let mut given = 0;
+        while given < GIVE_BACK {
+            let Some((_, slab, _)) = self.take_over_empty(true, 0) else {
+                break;
+            };
+            if let Some(granule) = self.granule_of(slab) {
+                self.granules.set(granule, Granule::Freed);
+            }
+            self.counters.slabs_to_provider.fetch_add(1);
+            self.system_deallocate(slab, SLAB_SIZE);
+            given += 1;
+        }
+        if given != 0 {
+            self.memory_returned();
+        }
+        given
     }
 
     // ----------------------------------------------------------------------
@@ -483,7 +529,7 @@ impl DeviceHeap {
         let slot_ok = (slot as usize) < MAX_SLOTS;
         let mut live = 0u32;
         if simt::lane_id() == leader && slot_ok {
-            match self.slot(slot).lock(n, false) {
+            match self.slot(slot).lock(n, 0) {
                 Lock::Acquired { slab, .. } if slab == base => live = 1,
                 Lock::Acquired { .. } => {
                     // The slot now holds another slab: the pointer's slab is
@@ -523,7 +569,7 @@ impl DeviceHeap {
                 && after < g.usable
                 && after + blocks_freed >= g.usable
             {
-                self.class_hint(class_index(g.block))
+                self.class_hint(class_index(g.block), search::stream())
                     .store(slot + 1, Ordering::Relaxed);
             }
         }

@@ -62,10 +62,10 @@
 //! found until memory comes back (a free into a full slab points the hint
 //! at it).
 
-use super::DeviceHeap;
+use super::{DeviceHeap, STREAMS};
 use crate::abi::ProviderKind;
 use crate::granule::Granule;
-use crate::guard::{Lock, MAX_TRIES};
+use crate::guard::{Creation, Lock, MAX_TRIES, creation_tag};
 use crate::index::{reduce, wrap};
 use crate::simt;
 use crate::size_class::{SLAB_SHIFT, SLAB_SIZE, geometry};
@@ -113,12 +113,45 @@ const _: () = assert!((RETRY as u64) < SLAB_SIZE && (NO_MEMORY as u64) < SLAB_SI
 /// stale when its slab's class took the slab again).
 const TAKE_OVER_TRIES: u32 = 4;
 
+/// Marks of `empties` a claim looks at for an empty slab of its own class
+/// (a load of the slot and one of the slab's header each) before it asks
+/// the pool or the host, which costs far more.
+const OWN_CLASS_CHECKS: u32 = 32;
+
 /// Slots an out-of-memory search looks at after the class's hint: the scan
 /// is bounded, so a malloc that returns null because the heap is full costs
 /// about what a successful one does. The price: while the heap is exhausted,
 /// room in a slab of the class outside the hint and this window is not
 /// found (a free into a full slab points the hint at it, see `free_small`).
 pub(super) const EXHAUSTED_WINDOW: u32 = 32;
+
+/// Polls of a slot being created by a group that counts on it (each a load
+/// and a wait of up to 1 µs): about as long as a slab takes to come from
+/// the host. A creation that takes longer is scanned for again.
+const CREATION_WAITS: u32 = 128;
+
+/// Polls `guard`, a slot being created that the caller counts on, until
+/// the creation ends (true) or `CREATION_WAITS` polls passed (false). Out
+/// of line: its loop's registers are not added to the scan's.
+#[inline(never)]
+fn wait_for_creation(guard: &crate::guard::Guard) -> bool {
+    let mut polls = 0u32;
+    while guard.is_creating() {
+        if polls == CREATION_WAITS {
+            return false;
+        }
+        simt::snooze_after(polls);
+        polls += 1;
+    }
+    true
+}
+
+/// The caller's stream: which of its class's hints its search starts from
+/// (its SM's, so that warps on different SMs spread over a class's slabs).
+#[inline(always)]
+pub(super) fn stream() -> usize {
+    simt::sm_id() as usize % STREAMS
+}
 
 /// What a lane's scan or creation found: a slab and a reservation on it.
 #[derive(Clone, Copy)]
@@ -151,11 +184,16 @@ fn start_slot(class: usize, slot_count: u32) -> u32 {
 }
 
 impl DeviceHeap {
-    /// The slot hint of `class`, valid for the current table size.
+    /// Where a search of `class` by the caller starts: its stream's hint,
+    /// else the class's (stream 0's), else the class's start slot. A hint
+    /// beyond the table (the host shrank it) is no hint.
     #[inline(always)]
     fn hint(&self, class: usize, slot_count: u32) -> u32 {
-        match self.class_hint(class).load(Ordering::Relaxed) {
-            // A hint beyond the table (the host shrank it) is no hint.
+        let own = self.class_hint(class, stream()).load(Ordering::Relaxed);
+        if own.wrapping_sub(1) < slot_count {
+            return own - 1;
+        }
+        match self.class_hint(class, 0).load(Ordering::Relaxed) {
             h if h.wrapping_sub(1) < slot_count => h - 1,
             _ => start_slot(class, slot_count),
         }
@@ -307,6 +345,7 @@ impl DeviceHeap {
         } else {
             slot_count
         };
+        let claim = if may_claim { creation_tag(class, n) } else { 0 };
         let mut offset = 0u32;
         let mut retries = 0u32;
         while offset <= limit {
@@ -315,12 +354,15 @@ impl DeviceHeap {
             // room does not grow with the class's slabs.
             let index = wrap(hint, offset, slot_count);
             let guard = self.slot(index);
-            // A slot whose count is 0 is empty, being created or taken
-            // over, or an empty slab: worth a lock only to claim it (or to
-            // find the empty slab ours).
+            // A full slab is passed with one load (no lock: a full hint
+            // slab must not take an add and a sub from every warp that
+            // meets it). A slot whose count is 0 is empty, being created or
+            // taken over, or an empty slab: worth a lock only to claim it,
+            // to count on its creation, or to find the empty slab ours (the
+            // hint's, even while the heap is exhausted).
             let count = guard.use_count();
             if offset == 0 || (count < geo.usable && (may_claim || count > 0)) {
-                match guard.lock(n, may_claim) {
+                match guard.lock(n, claim) {
                     Lock::Acquired { slab, count } => {
                         // `count` is after our `n`: the slab had `base`.
                         let base = count.saturating_sub(n);
@@ -343,16 +385,45 @@ impl DeviceHeap {
                                 self.counters.slabs_revived.fetch_add(1);
                             }
                             if offset != 0 {
-                                self.class_hint(class).store(index + 1, Ordering::Relaxed);
+                                self.class_hint(class, stream())
+                                    .store(index + 1, Ordering::Relaxed);
                             }
                             return (slab, (FOUND << OUTCOME_SHIFT) | (base << FIT_BITS) | fit);
                         }
                     }
                     Lock::Claimed => return (0, (CLAIMED << OUTCOME_SHIFT) | index),
-                    // Being created, most likely for our class: come back
-                    // after this round's creations (its creators may be in
-                    // this warp, waiting for us at their next collective).
-                    Lock::Creating => return (0, RETRY << OUTCOME_SHIFT),
+                    Lock::Creating { waiting } => match Creation::of(waiting) {
+                        // A publication in flight: the slot again, soon.
+                        None if retries < MAX_TRIES => {
+                            simt::snooze_after(retries);
+                            retries += 1;
+                            continue;
+                        }
+                        // A creation of our class that will have room for
+                        // us as well as for the lanes counted on it before
+                        // (our addition counted us): wait for it, polling
+                        // the slot with one load — not registering again —
+                        // then lock it. Never our own warp's (a warp's
+                        // lanes of one class are one group), so waiting
+                        // here cannot hold up its creators.
+                        Some(c)
+                            if c.class == class as u32
+                                && c.lanes <= geo.usable
+                                && retries < MAX_TRIES =>
+                        {
+                            if !wait_for_creation(guard) {
+                                return (0, RETRY << OUTCOME_SHIFT);
+                            }
+                            retries += 1;
+                            continue;
+                        }
+                        // Another class's creation, or one of ours that
+                        // enough lanes count on: go on, and claim a slot of
+                        // our own if no room comes first — the class grows
+                        // by as many slabs at once as its waiting lanes
+                        // need.
+                        _ => {}
+                    },
                     Lock::Emptied => {
                         // Our stale reference was the new slab's last.
                         self.empties.mark(index);
@@ -392,7 +463,7 @@ impl DeviceHeap {
         let leader = simt::leader(group);
         let mut got = 0u64;
         if simt::lane_id() == leader {
-            got = self.create_alone(index, adopt);
+            got = self.create_alone(index, class, adopt);
         }
         let got = simt::shfl_u64(group, got, leader);
         let slab = (got >> 32) << SLAB_SHIFT;
@@ -409,24 +480,21 @@ impl DeviceHeap {
     /// bitfield words known to be zero in the low (`index << CLEAN_BITS |
     /// clean_words`); or 0.
     #[inline(always)]
-    fn create_alone(&self, index: u32, adopt: bool) -> u64 {
+    fn create_alone(&self, index: u32, class: usize, adopt: bool) -> u64 {
         let pack = |slot: u32, slab: u64, clean: u32| {
             (slab >> SLAB_SHIFT) << 32 | u64::from(slot << CLEAN_BITS | clean)
         };
         if adopt {
-            return match self.take_over_empty(false) {
+            return match self.take_over_empty(false, 0) {
                 Some((from, slab, clean)) => pack(from, slab, clean),
                 None => 0,
             };
         }
         let generation = self.memory_generation();
-        match self.obtain_slab() {
+        match self.obtain_slab(generation, class) {
             Some((slab, clean)) => pack(index, slab, clean),
             None => {
                 self.slot(index).abandon();
-                // The provider refused: remember it until memory comes
-                // back (stale at once if it came back while we asked).
-                self.refused(generation);
                 0
             }
         }
@@ -447,7 +515,12 @@ impl DeviceHeap {
                 self.granules.set(granule, Granule::Slab { slot: index });
             }
             self.slot(index).publish(slab, n);
-            self.class_hint(class).store(index + 1, Ordering::Relaxed);
+            // The creators' stream and the class: a stream with no hint of
+            // its own starts at the class's newest slab.
+            self.class_hint(class, stream())
+                .store(index + 1, Ordering::Relaxed);
+            self.class_hint(class, 0)
+                .store(index + 1, Ordering::Relaxed);
         }
         // The count is `n` after the publication: the lanes' positions are
         // 1..=n. A group larger than the class's blocks (the largest
@@ -473,42 +546,71 @@ impl DeviceHeap {
             || (self.provider() == ProviderKind::Pool && !self.pool.is_empty())
     }
 
-    /// A slab for a claimed slot: an empty slab taken over, else one from
-    /// the pool or the host — not the host while the heap is exhausted (its
-    /// marks were stale: the host refused already). Returns it with the
-    /// number of bitfield words known to be zero.
-    fn obtain_slab(&self) -> Option<(u64, u32)> {
-        if let Some((_, slab, clean)) = self.take_over_empty(true) {
-            return Some((slab, clean));
+    /// A slab for a claimed slot, in the order that lets a class grow to
+    /// its demand: the pool's or the host's (not the host's while the heap
+    /// is exhausted: it refused already), and only when they have none, an
+    /// empty slab of another slot taken over. Taking over first would keep
+    /// the heap's size flat under churn — a takeover moves a slab and
+    /// empties the slot it left — while every class's emptied slabs stay
+    /// with it (revived in place by its searches) until memory runs short
+    /// or the host trims. A refusal is remembered (`refused`, against
+    /// `generation`, read before asking) even when a takeover then serves
+    /// the claim. Returns the slab with the number of bitfield words known
+    /// to be zero.
+    fn obtain_slab(&self, generation: u32, class: usize) -> Option<(u64, u32)> {
+        // First the class's own empty slabs (behind its hints, where its
+        // searches no longer look: moved into the claimed slot, their
+        // bitfields still clean), then the provider's, then any empty
+        // slab. One call site of the takeover, for the registers.
+        let mut block = geometry(class).block;
+        loop {
+            if let Some((_, slab, clean)) = self.take_over_empty(true, block) {
+                return Some((slab, clean));
+            }
+            if block == 0 {
+                return None;
+            }
+            let slab = if self.provider() == ProviderKind::Pool {
+                self.pool_pop().unwrap_or(0)
+            } else if self.is_exhausted() {
+                0
+            } else {
+                self.system_allocate(SLAB_SIZE, SLAB_SIZE)
+            };
+            if slab != 0 && self.granule_of(slab).is_none() {
+                // Outside the region the heap cannot vouch for it on free.
+                self.system_deallocate(slab, SLAB_SIZE);
+            } else if slab != 0 {
+                self.counters.slabs_from_provider.fetch_add(1);
+                return Some((slab, 0));
+            }
+            // The provider refused: remember it until memory comes back
+            // (stale at once if it came back while we asked).
+            self.refused(generation);
+            block = 0;
         }
-        let slab = if self.provider() == ProviderKind::Pool {
-            self.pool_pop().unwrap_or(0)
-        } else if self.is_exhausted() {
-            0
-        } else {
-            self.system_allocate(SLAB_SIZE, SLAB_SIZE)
-        };
-        if slab == 0 {
-            return None;
-        }
-        if self.granule_of(slab).is_none() {
-            self.system_deallocate(slab, SLAB_SIZE);
-            return None;
-        }
-        self.counters.slabs_from_provider.fetch_add(1);
-        Some((slab, 0))
     }
 
     /// Takes over an empty slab that `empties` names: a few marks are tried
     /// (a mark is stale when the slab's class took it again), each costing
-    /// a load and two atomics. Returns the slot it was in, the slab, and the
-    /// bitfield words known to be zero. With `vacate`, the slot is emptied
-    /// (the slab goes to a slot the caller claimed); without, the caller
-    /// keeps the slot, "being created", and must publish in it.
-    fn take_over_empty(&self, vacate: bool) -> Option<(u32, u64, u32)> {
+    /// a load and two atomics. With `block` not 0, only a slab whose header
+    /// names that block size (read without a reference: a hint, checked
+    /// again once the slab is ours) among the first `OWN_CLASS_CHECKS`
+    /// marks. Returns the slot it was in, the slab, and the bitfield words
+    /// known to be zero. With `vacate`, the slot is emptied (the slab goes
+    /// to a slot the caller claimed); without, the caller keeps the slot,
+    /// "being created", and must publish in it.
+    pub(super) fn take_over_empty(&self, vacate: bool, block: u32) -> Option<(u32, u64, u32)> {
         let slots = self.slot_count();
         for _ in 0..TAKE_OVER_TRIES {
-            let from = self.empties.take(slots)?;
+            let from = self.empties.take_if(slots, OWN_CLASS_CHECKS, |slot| {
+                let of_block = |slab: u64| {
+                    // SAFETY: a published slab is mapped until the host
+                    // trims, which no kernel runs during.
+                    unsafe { Slab(slab).block_hint() == block }
+                };
+                block == 0 || self.slot(slot).peek().is_some_and(of_block)
+            })?;
             let guard = self.slot(from);
             let taken = if vacate {
                 guard.reclaim()

@@ -149,6 +149,16 @@ pub fn warp_slot() -> u32 {
     imp::warp_slot()
 }
 
+/// The multiprocessor the caller's warp runs on, for spreading warps over
+/// several copies of a hot word (the heap's per-class hints): on the GPU
+/// `%smid` (read where used; it may change when a warp is preempted, which
+/// only moves the warp to another copy); in the simulator the block's
+/// index, since a block runs on one SM.
+#[inline(always)]
+pub fn sm_id() -> u32 {
+    imp::sm_id()
+}
+
 /// The lanes of the caller's warp that exist: all 32, except in a block whose
 /// size is not a multiple of 32, where the last warp is partial. (Which of
 /// them are *here* is [`activemask`]'s question.)

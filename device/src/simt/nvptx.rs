@@ -97,6 +97,15 @@ pub(super) fn warp_slot() -> u32 {
 }
 
 #[inline(always)]
+pub(super) fn sm_id() -> u32 {
+    let sm: u32;
+    // SAFETY: reading a special register has no preconditions. Not `pure`,
+    // as for `warp_slot`.
+    unsafe { core::arch::asm!("mov.u32 {0}, %smid;", out(reg32) sm, options(nomem, nostack)) };
+    sm
+}
+
+#[inline(always)]
 pub(super) fn thread_idx() -> Dim3 {
     Dim3 {
         x: sreg!(sreg_tid_x),

@@ -25,6 +25,13 @@ pub(super) fn warp_slot() -> u32 {
         .wrapping_add(super::warp_id())
 }
 
+/// The block's index: a block runs on one SM, as on the GPU, so the warps
+/// of one block share a spread (and a one-block launch has one).
+#[inline]
+pub(super) fn sm_id() -> u32 {
+    super::block_linear() as u32
+}
+
 #[inline]
 pub(super) fn thread_idx() -> Dim3 {
     dim(sim::thread_idx())
