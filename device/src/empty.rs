@@ -1,10 +1,11 @@
 //! Empty slabs: the slots whose slab a `free` took to zero references.
 //!
 //! An emptied slab stays published in its slot: the next malloc of its
-//! class takes it as it is, and a claim of a new slab for any class takes it
-//! over (`Guard::reclaim`) before asking the host. `free` only records the
-//! slot here — one `fetch_or`, no disposal on the free path — so that a
-//! claim finds an empty slab without scanning the slot table.
+//! class takes it as it is (a claim of its class finds it here, `find`),
+//! and once the provider refuses, a claim of a new slab for any class takes
+//! it over (`Guard::reclaim`). `free` only records the slot here — one
+//! `fetch_or`, no disposal on the free path — so that a claim finds an
+//! empty slab without scanning the slot table.
 //!
 //! ```text
 //!   count      about how many bits are set (0: nothing to look for)
@@ -111,6 +112,36 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
                     return Some(at * 32 + bit.trailing_zeros());
                 }
                 seen = before & !bit;
+            }
+        }
+        None
+    }
+
+    /// A marked slot among the first `slots` for which `wanted` holds,
+    /// its mark left as it is: `wanted` is asked of at most `checks`
+    /// marked slots, from the hint's word on. `None` when none of those it
+    /// asked about was wanted.
+    pub fn find(&self, slots: u32, checks: u32, wanted: impl Fn(u32) -> bool) -> Option<u32> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let words = slots.div_ceil(32).min(WORDS as u32);
+        let hint = self.hint.load(Ordering::Relaxed);
+        let start = if hint < words { hint } else { 0 };
+        let mut asked = 0u32;
+        for i in 0..words {
+            let at = wrap(start, i, words);
+            let mut seen = self.words.get(at as usize).load(Ordering::Relaxed);
+            while seen != 0 {
+                if asked == checks {
+                    return None;
+                }
+                asked += 1;
+                let slot = at * 32 + seen.trailing_zeros();
+                seen &= seen - 1;
+                if wanted(slot) {
+                    return Some(slot);
+                }
             }
         }
         None
@@ -226,6 +257,19 @@ mod tests {
         );
         assert_eq!(e.take_if(128, 2, |_| false), None);
         assert_eq!((e.count(), e.marked()), (2, 2));
+    }
+
+    #[test]
+    fn find_leaves_the_marks_as_they_are() {
+        let e = EmptySlots::<4>::new();
+        for s in [3, 40, 100] {
+            e.mark(s);
+        }
+        assert_eq!(e.find(128, 8, |s| s == 40), Some(40));
+        assert_eq!(e.find(128, 8, |s| s == 40), Some(40));
+        assert_eq!(e.find(128, 8, |s| s == 41), None);
+        assert!(e.find(128, 1, |s| s == 100 || s == 3).is_some());
+        assert_eq!((e.count(), e.marked()), (3, 3));
     }
 
     #[test]

@@ -25,12 +25,30 @@
 //!        └───────┴─────────────────────────────────────────────────────────┘
 //! ```
 //!
+//! While a slot is being created its dead counter counts who waits for the
+//! creation: the claim sets it to a creation tag — the class above
+//! `TAG_SHIFT`, the claiming group's lanes below — and each search group
+//! that meets the slot adds its lanes. A group for which the creation will
+//! have room waits for it; the others go on and claim slots of their own,
+//! so a class grows by as many slabs at once as its waiting lanes need
+//! (heap/search.rs).
+//!
+//! ```text
+//!   refs while being created (dead):
+//!          31  30 ....... 24  23 .......................................... 0
+//!        ┌───┬──────────────┬─────────────────────────────────────────────┐
+//!        │ 0 │ class        │ lanes: the claim's + every registered group's │
+//!        └───┴──────────────┴─────────────────────────────────────────────┘
+//! ```
+//!
 //! A live count is at most a slab's blocks (2^17) plus the lanes in flight
 //! (an H200 holds 270 336 threads at once): far below 2^31. A dead count's
-//! garbage is overwritten by the next `publish`; each failed acquire adds at
-//! most 32 (one group's lock) and needs a locker that read the slab's word
-//! in the short window between a takeover's CAS and its store to `ptr`, so
-//! reading as LIVE would take 67 million lock attempts in one such window.
+//! garbage is overwritten by the next claim's tag and `publish`; each failed
+//! acquire adds at most 32 (one group's lock) and needs a locker that read
+//! the slab's word in the short window between a takeover's CAS and its
+//! store to `ptr`, and registrations add a creation's waiters (at most the
+//! lanes resident, 270 336 on an H200, below the tag's 2^24), so reading as
+//! LIVE would take far more lock attempts than one window sees.
 //!
 //! * `acquire(n)`: `fetch_add(n)`; it succeeded iff LIVE was set (a failed
 //!   one leaves garbage in a dead counter, which `publish` overwrites).
@@ -43,6 +61,12 @@
 //!   it; it empties the slot (`vacate`) and uses the slab elsewhere —
 //!   or, `take_over()`, keeps the slot as a claim would (`SENTINEL`) and
 //!   rebuilds the slab in it (a group that found no free slot).
+//! * `lock(n, claim)` on a slot being created, by a search that may claim:
+//!   `fetch_add(n)` too — on the dead counter a registration (`Creating`,
+//!   with the tag and the lanes counted so far); if the creation was
+//!   published meanwhile, an acquire like any other. A claim sets the tag
+//!   with an exchange, not a store (loom: with a store, a model ended with
+//!   a published slab whose count was dead, never to be reclaimed).
 //! * `read()`: the count, or 0 for a dead counter. One load.
 //! * `publish(n)`: after creating a slab, set the count to `LIVE | n` (a CAS
 //!   from the dead counter: every acquire of it failed, so no holder exists),

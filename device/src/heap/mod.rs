@@ -13,8 +13,9 @@
 //!   │               that served that stream last
 //!   ├── granules[]  per 2 MiB granule of the region: Unused | Slab(slot) |
 //!   │               Large(granules) | Freed — what `free` may touch
-//!   └── empties     slots whose slab went empty (a bitmap): what a claim
-//!                   takes over before asking the host
+//!   └── empties     slots whose slab went empty (a bitmap): where a claim
+//!                   finds its class's emptied slabs, and what it takes
+//!                   over once the provider refuses
 //! ```
 //!
 //! The heap lives in device memory that the host's `Heap` allocated; each
@@ -40,9 +41,11 @@
 //! already clear is a double free, counted, nothing changed — and give back
 //! the group's references plus one per block freed. The release that reaches
 //! zero leaves the slab published, empty, and marks its slot in `empties`:
-//! its class's next malloc takes it as it is, and a claim of a new slab (any
-//! class) takes it over before asking the host; `trim` gives it back. The
-//! free path never disposes of a slab, so it never talks to the host.
+//! its class's next malloc takes it as it is (the freeing stream's hint
+//! points at it), a claim of its class is sent to it, and once the provider
+//! refuses, a claim of a new slab (any class) takes it over; `trim` or a
+//! refused large block gives it back. The free path never disposes of a
+//! slab, so it never talks to the host.
 //!
 //! Invariants (`check` verifies the first four when the heap is quiescent):
 //! * a published slot's slab has `header.slot == index`, its granule entry is
@@ -438,7 +441,7 @@ impl DeviceHeap {
     fn give_back_empties(&self) -> u32 {
         let mut given = 0;
         while given < GIVE_BACK {
-            let Some((_, slab, _)) = self.take_over_empty(true, 0) else {
+            let Some((_, slab, _)) = self.take_over_empty(true) else {
                 break;
             };
             if let Some(granule) = self.granule_of(slab) {
@@ -560,14 +563,15 @@ impl DeviceHeap {
             // SAFETY: live and referenced.
             let geo = unsafe { Slab(base).geometry() };
             let after = self.release_slot(slot, n + blocks_freed);
-            // A free into a full slab gives it room: point the class's hint
-            // at it, so that the class's next malloc (and an exhausted
-            // heap's bounded search) finds it. The count the release
-            // returned says so.
+            // A free into a full slab gives it room, and a free that
+            // empties a slab leaves it all room: point this stream's hint
+            // at it, so that the stream's next malloc (and an exhausted
+            // heap's bounded search) finds it — an emptied slab is then
+            // put back to use in place, not left behind the hints for a
+            // claim to take over. The count the release returned says so.
             if let Some(g) = geo
-                && after != 0
                 && after < g.usable
-                && after + blocks_freed >= g.usable
+                && (after == 0 || after + blocks_freed >= g.usable)
             {
                 self.class_hint(class_index(g.block), search::stream())
                     .store(slot + 1, Ordering::Relaxed);

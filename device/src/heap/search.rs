@@ -1,19 +1,25 @@
 //! Slot search: finding a slab of a class with room, and the slab's life in
-//! a slot — created by the group that claimed an empty slot, taken back by
-//! its class or taken over by a claim elsewhere once it is empty.
+//! a slot — created by the group that claimed an empty slot, put back to
+//! use by its class once it is empty, taken over by another class only when
+//! memory runs short.
 //!
 //! ```text
 //!   lanes of one class (a group) ─► its leader, alone:
-//!       hint[class] ─► its slot: room? ── yes ─► lock n (one atomic) ─► done
-//!            │ no
+//!       hint[class][stream] ─► its slot: room? ── yes ─► lock n (one atomic) ─► done
+//!            │ no (a full slab: one load)
 //!            ▼
 //!       slot h+1, h+2, ... ─► room: lock ─► done
+//!                             being created for us, with room for us: count
+//!                               our lanes on it, wait for it, lock it ─► done
+//!                             being created, enough lanes on it: go on
 //!                             empty: claim ─► done
 //!                             full / other class: next
 //!   ─► the group: the first lanes, as many as the slab had room for, get a
-//!      reservation each; a claiming group creates its slab (an empty slab
-//!      taken over, else the pool's or the host's); lanes beyond the room,
-//!      lanes that met a slot being created or found no memory scan again
+//!      reservation each; a claiming group creates its slab (its class's
+//!      emptied slab elsewhere? then it gives the claim up and searches
+//!      there; else the pool's or the host's; an empty slab of another class
+//!      taken over only once the provider refuses); lanes beyond the room,
+//!      lanes whose wait ran out and lanes that found no memory scan again
 //! ```
 //!
 //! The lanes asking for one class form a `uniform` group whose leader scans
@@ -26,25 +32,50 @@
 //! the registers of that slow part do not add to the scan's. The scan ends
 //! after every slot once: out of memory.
 //!
+//! # Growth to the demand
+//! A claim tags the slot's dead counter with the class and the claiming
+//! group's lanes, and a group that meets the slot while it is being created
+//! adds its own (`Lock::Creating`, guard.rs). If the creation is of its
+//! class and will have room for every lane counted on it, the group waits
+//! for it (polling the slot, out of line: `wait_for_creation`) and locks
+//! it; otherwise it goes on and claims a slot of its own. So a class whose
+//! slabs are full grows by as many slabs at once as its waiting lanes need
+//! — one creation at 16 B, where a slab serves 130 047 lanes; one per eight
+//! groups of 32 at 8 KiB — and no group bounces off a creation that cannot
+//! serve it. (Before, every group that met a creation gave up its scan and
+//! slept: one creation per class at a time.)
+//!
+//! # Spreading
+//! Each class has `STREAMS` hints, one per stream of SMs (`sm_id %
+//! STREAMS`); a search starts at its stream's hint (else the class's,
+//! stream 0's), so warps on different SMs start at different slabs of a
+//! class once it has several. A full slab is passed with one load, not
+//! locked: a full hint does not take an add and a sub from every warp that
+//! meets it.
+//!
 //! # A slab's life in a slot
 //! Claimed (the slot was empty) → created and published by the claiming
 //! group → locked and released by mallocs and frees; a release to zero
-//! leaves it published and empty, and marks it in `empties` → either its
-//! class takes it again (a lock of a zero count), or a claim elsewhere takes
-//! it over (`Guard::reclaim`: a CAS of the live zero count to dead), empties
-//! the slot and uses the slab for its own. A free never disposes of a slab:
-//! the work (and the registers) of taking one over is on the claim's path,
-//! which allocates anyway.
+//! leaves it published and empty, marks it in `empties` and points the
+//! freeing stream's hint at it → its class takes it again (a lock of a zero
+//! count: revived in place), found by a hint or, from a claim, among the
+//! marks (`own_empty`); or, once the provider refuses, a claim of another
+//! class takes it over (`Guard::reclaim`: a CAS of the live zero count to
+//! dead), empties the slot and uses the slab for its own; or `trim`, or a
+//! refused large block (`give_back_empties`), gives it back to the host. A
+//! free never disposes of a slab: the work (and the registers) of taking
+//! one over is on the claim's path, which allocates anyway.
 //!
 //! # Hints, search cost and out of memory (the policy)
-//! `hint[class]` names the slot where the class last found room: a malloc
-//! that succeeds elsewhere moves it there, and a free into a full slab moves
-//! it to that slab. The scan starts at the hint and goes on from it, so the
-//! class's full slabs behind the hint are not walked again: as a class
-//! grows, a malloc looks at its hint (full, once it fills) and the next
-//! slot, where the class's next slab is claimed — a cost that does not grow
-//! with the class's slabs. Worst case: a full hint with every slot after it
-//! full or of other classes: the scan walks the table once.
+//! A stream's hint names the slot where it last found room: a malloc that
+//! succeeds elsewhere moves it there, and a free into a full slab or one
+//! that empties a slab moves it to that slab. The scan starts at the hint
+//! and goes on from it, so the class's full slabs behind the hint are not
+//! walked again: as a class grows, a malloc looks at its hint (full, once
+//! it fills) and the next slots, where the class's next slab is claimed — a
+//! cost that does not grow with the class's slabs. Worst case: a full hint
+//! with every slot after it full or of other classes: the scan walks the
+//! table once.
 //!
 //! When the provider refuses a slab, the heap is marked exhausted until
 //! memory comes back (a large block freed, the host's `trim`; a generation
@@ -106,11 +137,16 @@ const NO_MEMORY: u32 = 3;
 /// included — had room for fewer lanes than the group).
 const RETRY: u32 = 4;
 
+/// `create_alone`'s word for "the claim was given up for an emptied slab
+/// of the class, which this stream's hint now names": the group searches
+/// again. Not a packed slab (its slab bits are 0), nor 0.
+const REDIRECTED: u64 = 1;
+
 // A creation returns a slab or, below any slab's address, an outcome.
 const _: () = assert!((RETRY as u64) < SLAB_SIZE && (NO_MEMORY as u64) < SLAB_SIZE);
 
-/// Marks of `empties` a claim tries before asking the host (a mark is
-/// stale when its slab's class took the slab again).
+/// Marks of `empties` a claim tries to take over once the provider refused
+/// (a mark is stale when its slab's class took the slab again).
 const TAKE_OVER_TRIES: u32 = 4;
 
 /// Marks of `empties` a claim looks at for an empty slab of its own class
@@ -468,7 +504,13 @@ impl DeviceHeap {
         let got = simt::shfl_u64(group, got, leader);
         let slab = (got >> 32) << SLAB_SHIFT;
         if slab == 0 {
-            return u64::from(if adopt { NOTHING } else { NO_MEMORY });
+            return u64::from(if got == REDIRECTED {
+                RETRY
+            } else if adopt {
+                NOTHING
+            } else {
+                NO_MEMORY
+            });
         }
         let index = (got as u32) >> CLEAN_BITS;
         let clean_words = got as u32 & CLEAN_MASK;
@@ -485,13 +527,23 @@ impl DeviceHeap {
             (slab >> SLAB_SHIFT) << 32 | u64::from(slot << CLEAN_BITS | clean)
         };
         if adopt {
-            return match self.take_over_empty(false, 0) {
+            return match self.take_over_empty(false) {
                 Some((from, slab, clean)) => pack(from, slab, clean),
                 None => 0,
             };
         }
+        // An emptied slab of the class behind its hints: the claim is
+        // given up, this stream's hint points at that slab, and the group
+        // searches again, finding it there and putting it back to use in
+        // place — no takeover, no rebuild, no host.
+        if let Some(empty) = self.own_empty(class) {
+            self.slot(index).abandon();
+            self.class_hint(class, stream())
+                .store(empty + 1, Ordering::Relaxed);
+            return REDIRECTED;
+        }
         let generation = self.memory_generation();
-        match self.obtain_slab(generation, class) {
+        match self.obtain_slab(generation) {
             Some((slab, clean)) => pack(index, slab, clean),
             None => {
                 self.slot(index).abandon();
@@ -557,60 +609,59 @@ impl DeviceHeap {
     /// `generation`, read before asking) even when a takeover then serves
     /// the claim. Returns the slab with the number of bitfield words known
     /// to be zero.
-    fn obtain_slab(&self, generation: u32, class: usize) -> Option<(u64, u32)> {
-        // First the class's own empty slabs (behind its hints, where its
-        // searches no longer look: moved into the claimed slot, their
-        // bitfields still clean), then the provider's, then any empty
-        // slab. One call site of the takeover, for the registers.
-        let mut block = geometry(class).block;
-        loop {
-            if let Some((_, slab, clean)) = self.take_over_empty(true, block) {
-                return Some((slab, clean));
-            }
-            if block == 0 {
-                return None;
-            }
-            let slab = if self.provider() == ProviderKind::Pool {
-                self.pool_pop().unwrap_or(0)
-            } else if self.is_exhausted() {
-                0
-            } else {
-                self.system_allocate(SLAB_SIZE, SLAB_SIZE)
-            };
-            if slab != 0 && self.granule_of(slab).is_none() {
-                // Outside the region the heap cannot vouch for it on free.
-                self.system_deallocate(slab, SLAB_SIZE);
-            } else if slab != 0 {
-                self.counters.slabs_from_provider.fetch_add(1);
-                return Some((slab, 0));
-            }
-            // The provider refused: remember it until memory comes back
-            // (stale at once if it came back while we asked).
-            self.refused(generation);
-            block = 0;
+    fn obtain_slab(&self, generation: u32) -> Option<(u64, u32)> {
+        let slab = if self.provider() == ProviderKind::Pool {
+            self.pool_pop().unwrap_or(0)
+        } else if self.is_exhausted() {
+            0
+        } else {
+            self.system_allocate(SLAB_SIZE, SLAB_SIZE)
+        };
+        if slab != 0 && self.granule_of(slab).is_none() {
+            // Outside the region the heap cannot vouch for it on free.
+            self.system_deallocate(slab, SLAB_SIZE);
+        } else if slab != 0 {
+            self.counters.slabs_from_provider.fetch_add(1);
+            return Some((slab, 0));
         }
+        // The provider refused: remember it until memory comes back (stale
+        // at once if it came back while we asked).
+        self.refused(generation);
+        self.take_over_empty(true)
+            .map(|(_, slab, clean)| (slab, clean))
+    }
+
+    /// A slot marked in `empties` whose slab is of `class` and empty now,
+    /// among the first `OWN_CLASS_CHECKS` marks (its mark left: the
+    /// revival that follows is a lock like any other, and a slab that goes
+    /// empty again needs its mark). Read without a reference — the count,
+    /// the slot's word, the header's block size — so a hint: the search
+    /// that follows locks the slab and checks again. `None` when none of
+    /// them is.
+    fn own_empty(&self, class: usize) -> Option<u32> {
+        let block = geometry(class).block;
+        self.empties
+            .find(self.slot_count(), OWN_CLASS_CHECKS, |slot| {
+                let guard = self.slot(slot);
+                let of_block = |slab: u64| {
+                    // SAFETY: a published slab is mapped until the host trims,
+                    // which no kernel runs during.
+                    unsafe { Slab(slab).block_hint() == block }
+                };
+                guard.use_count() == 0 && guard.peek().is_some_and(of_block)
+            })
     }
 
     /// Takes over an empty slab that `empties` names: a few marks are tried
     /// (a mark is stale when the slab's class took it again), each costing
-    /// a load and two atomics. With `block` not 0, only a slab whose header
-    /// names that block size (read without a reference: a hint, checked
-    /// again once the slab is ours) among the first `OWN_CLASS_CHECKS`
-    /// marks. Returns the slot it was in, the slab, and the bitfield words
-    /// known to be zero. With `vacate`, the slot is emptied (the slab goes
+    /// a load and two atomics. Returns the slot it was in, the slab, and the
+    /// bitfield words known to be zero. With `vacate`, the slot is emptied (the slab goes
     /// to a slot the caller claimed); without, the caller keeps the slot,
     /// "being created", and must publish in it.
-    pub(super) fn take_over_empty(&self, vacate: bool, block: u32) -> Option<(u32, u64, u32)> {
+    pub(super) fn take_over_empty(&self, vacate: bool) -> Option<(u32, u64, u32)> {
         let slots = self.slot_count();
         for _ in 0..TAKE_OVER_TRIES {
-            let from = self.empties.take_if(slots, OWN_CLASS_CHECKS, |slot| {
-                let of_block = |slab: u64| {
-                    // SAFETY: a published slab is mapped until the host
-                    // trims, which no kernel runs during.
-                    unsafe { Slab(slab).block_hint() == block }
-                };
-                block == 0 || self.slot(slot).peek().is_some_and(of_block)
-            })?;
+            let from = self.empties.take(slots)?;
             let guard = self.slot(from);
             let taken = if vacate {
                 guard.reclaim()
