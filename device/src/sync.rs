@@ -63,10 +63,11 @@ enum Op {
 
 /// Called before every operation: on the host, counts it (the launch's
 /// `atomic_loads`/`_stores`/`_rmws`, and its `sys_*` too when `sys`: an
-/// operation at system scope) and is a simulator switch point.
+/// operation at system scope; a read-modify-write against `addr` when the
+/// launch counts addresses) and is a simulator switch point.
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
-fn hook(op: Op, sys: bool) {
+fn hook(op: Op, sys: bool, addr: usize) {
     #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
     {
         let access = match op {
@@ -75,15 +76,13 @@ fn hook(op: Op, sys: bool) {
             Op::Rmw => Some(warpalloc_sim::Access::Rmw),
             Op::Fence => None,
         };
-        match access {
-            Some(access) if sys => warpalloc_sim::count_sys_access(access),
-            Some(access) => warpalloc_sim::count_access(access),
-            None => {}
+        if let Some(access) = access {
+            warpalloc_sim::count_access_at(access, sys, addr);
         }
         warpalloc_sim::switch_point();
     }
     #[cfg(any(target_arch = "nvptx64", loom))]
-    let _ = (op, sys);
+    let _ = (op, sys, addr);
 }
 
 macro_rules! atomic_int {
@@ -125,7 +124,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn load(&self, order: Ordering) -> $int {
-                hook(Op::Load, $sys);
+                hook(Op::Load, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -138,7 +137,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn store(&self, value: $int, order: Ordering) {
-                hook(Op::Store, $sys);
+                hook(Op::Store, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -151,7 +150,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn swap(&self, value: $int) -> $int {
-                hook(Op::Rmw, $sys);
+                hook(Op::Rmw, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -165,7 +164,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn compare_exchange(&self, current: $int, new: $int) -> Result<$int, $int> {
-                hook(Op::Rmw, $sys);
+                hook(Op::Rmw, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -178,7 +177,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_add(&self, value: $int) -> $int {
-                hook(Op::Rmw, $sys);
+                hook(Op::Rmw, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -191,7 +190,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_sub(&self, value: $int) -> $int {
-                hook(Op::Rmw, $sys);
+                hook(Op::Rmw, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -204,7 +203,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_and(&self, value: $int) -> $int {
-                hook(Op::Rmw, $sys);
+                hook(Op::Rmw, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -217,7 +216,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_or(&self, value: $int) -> $int {
-                hook(Op::Rmw, $sys);
+                hook(Op::Rmw, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -230,7 +229,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_xor(&self, value: $int) -> $int {
-                hook(Op::Rmw, $sys);
+                hook(Op::Rmw, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -243,7 +242,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_max(&self, value: $int) -> $int {
-                hook(Op::Rmw, $sys);
+                hook(Op::Rmw, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -256,7 +255,7 @@ macro_rules! atomic_int {
             #[inline(always)]
             #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
             pub fn fetch_min(&self, value: $int) -> $int {
-                hook(Op::Rmw, $sys);
+                hook(Op::Rmw, $sys, self as *const Self as usize);
                 #[cfg(target_arch = "nvptx64")]
                 // SAFETY: the atomic's own address, valid and aligned
                 // while `self` is borrowed.
@@ -589,7 +588,7 @@ pub fn fence(order: Ordering, scope: Scope) {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         let _ = scope;
-        hook(Op::Fence, false);
+        hook(Op::Fence, false, 0);
         inner::fence(order);
     }
 }

@@ -59,6 +59,13 @@ pub struct LaunchConfig {
     /// architecture (`redux.sync` from 8.0 on) takes the one a GPU of this
     /// capability would.
     pub capability: (u32, u32),
+    /// Count read-modify-writes per address (`LaunchStats::hottest_rmws`,
+    /// `watched_rmws`): a contention measurement; it costs a lock per
+    /// read-modify-write, so it is off unless asked for.
+    pub count_addresses: bool,
+    /// The address range `(start, bytes)` whose read-modify-writes
+    /// `LaunchStats::watched_rmws` sums (with `count_addresses`).
+    pub watch: (u64, u64),
 }
 
 /// The simulator's default [`LaunchConfig::capability`]: 9.0, the Hopper
@@ -88,6 +95,8 @@ impl LaunchConfig {
             max_steps: None,
             binding: 0,
             capability: DEFAULT_CAPABILITY,
+            count_addresses: false,
+            watch: (0, 0),
         }
     }
 
@@ -129,6 +138,15 @@ impl LaunchConfig {
     /// Sets the step watchdog.
     pub fn max_steps(mut self, steps: u64) -> Self {
         self.max_steps = Some(steps);
+        self
+    }
+
+    /// Counts read-modify-writes per address, and sums those in `watch`
+    /// (`start`, `bytes`): `LaunchStats::hottest_rmws`,
+    /// `hottest_address`, `watched_rmws`.
+    pub fn count_addresses(mut self, watch: (u64, u64)) -> Self {
+        self.count_addresses = true;
+        self.watch = watch;
         self
     }
 

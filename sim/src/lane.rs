@@ -6,9 +6,10 @@
 //! crate docs).
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::panic::Location;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use corosensei::Yielder;
@@ -99,6 +100,11 @@ pub(crate) struct Accesses {
     pub(crate) sys_loads: AtomicU64,
     pub(crate) sys_stores: AtomicU64,
     pub(crate) sys_rmws: AtomicU64,
+    /// Nanoseconds of `nanosleep` the lanes asked for.
+    pub(crate) sleep_ns: AtomicU64,
+    /// Read-modify-writes per address, when the launch counts them (one
+    /// map shared by the workers).
+    pub(crate) by_address: Option<Arc<Mutex<HashMap<usize, u64>>>>,
 }
 
 pub(crate) struct LaneCtx {
@@ -230,6 +236,24 @@ pub fn count_sys_access(access: Access) {
     count(access, true);
 }
 
+/// Counts one atomic access at `addr` (at system scope if `sys`), as
+/// [`count_access`] or [`count_sys_access`], and, when the launch counts
+/// addresses (`LaunchConfig::count_addresses`), a read-modify-write
+/// against its address.
+pub fn count_access_at(access: Access, sys: bool, addr: usize) {
+    count(access, sys);
+    if access == Access::Rmw {
+        let _ = with_ctx(|c| {
+            if let Some(map) = &c.accesses.by_address {
+                *map.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(addr)
+                    .or_default() += 1;
+            }
+        });
+    }
+}
+
 fn count(access: Access, sys: bool) {
     let _ = with_ctx(|c| {
         let a = &c.accesses;
@@ -254,9 +278,15 @@ pub fn switch_point() {
     });
 }
 
-/// `nanosleep`: a switch point (the simulator does not stall the worker).
+/// `nanosleep`: a switch point (the simulator does not stall the worker);
+/// the nanoseconds asked for are counted (`LaunchStats::sleep_ns`).
 #[track_caller]
-pub fn sleep(_nanoseconds: u32) {
+pub fn sleep(nanoseconds: u32) {
+    let _ = with_ctx(|c| {
+        c.accesses
+            .sleep_ns
+            .fetch_add(u64::from(nanoseconds), Ordering::Relaxed)
+    });
     if suspend(Request::Sleep {
         site: Location::caller(),
     })

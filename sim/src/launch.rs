@@ -31,6 +31,20 @@ pub struct LaunchStats {
     pub sys_stores: u64,
     /// Of the read-modify-writes, those at system scope.
     pub sys_rmws: u64,
+    /// Nanoseconds of `nanosleep` the lanes asked for (the simulator does
+    /// not wait them: a sleep is a switch point).
+    pub sleep_ns: u64,
+    /// With `LaunchConfig::count_addresses`: the read-modify-writes on the
+    /// address that had the most, and that address (0 and 0 otherwise).
+    pub hottest_rmws: u64,
+    /// See `hottest_rmws`.
+    pub hottest_address: u64,
+    /// With `LaunchConfig::count_addresses`: the read-modify-writes on
+    /// addresses in `LaunchConfig::watch`.
+    pub watched_rmws: u64,
+    /// With `LaunchConfig::count_addresses`: the read-modify-writes on the
+    /// address in `LaunchConfig::watch` that had the most.
+    pub watched_hottest: u64,
     /// Lanes run.
     pub lanes: u64,
     /// Warps run.
@@ -99,7 +113,10 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
     // call the kernel after `kernel` is gone.
     let kernel: KernelRef = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), KernelRef>(kernel) };
 
-    let shared = Shared::new();
+    let mut shared = Shared::new();
+    if cfg.count_addresses {
+        shared.by_address = Some(Default::default());
+    }
     let workers = cfg.workers.max(1);
     let mut totals = WorkerStats::default();
     let mut add = |s: WorkerStats| {
@@ -111,6 +128,7 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         totals.sys_loads += s.sys_loads;
         totals.sys_stores += s.sys_stores;
         totals.sys_rmws += s.sys_rmws;
+        totals.sleep_ns += s.sleep_ns;
         totals.lanes += s.lanes;
         totals.warps += s.warps;
         totals.blocks += s.blocks;
@@ -150,6 +168,24 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         }
     }
 
+    // The hottest address, and the watched range's sum.
+    let (hottest, watched_rmws, watched_hottest) = match &shared.by_address {
+        Some(map) => {
+            let map = map.lock().unwrap_or_else(PoisonError::into_inner);
+            let hottest = map
+                .iter()
+                .max_by_key(|&(&addr, &n)| (n, std::cmp::Reverse(addr)))
+                .map_or((0, 0), |(&addr, &n)| (addr as u64, n));
+            let (start, bytes) = cfg.watch;
+            let watched = || {
+                map.iter()
+                    .filter(|&(&addr, _)| (addr as u64).wrapping_sub(start) < bytes)
+                    .map(|(_, &n)| n)
+            };
+            (hottest, watched().sum(), watched().max().unwrap_or(0))
+        }
+        None => ((0, 0), 0, 0),
+    };
     let error = shared
         .error
         .lock()
@@ -163,6 +199,11 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         }
         Some(kind) => Err(fail(kind)),
         None => Ok(LaunchStats {
+            sleep_ns: totals.sleep_ns,
+            hottest_rmws: hottest.1,
+            hottest_address: hottest.0,
+            watched_rmws,
+            watched_hottest,
             steps: totals.steps,
             collectives: totals.collectives,
             atomic_loads: totals.atomic_loads,

@@ -17,6 +17,7 @@
 //! `runnable` iff its state is `Ready`, or `Activemask` under
 //! `Convergence::Random`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -39,6 +40,8 @@ pub(crate) struct Shared {
     /// Lanes of the other workers, gathered when the watchdog fires.
     pub(crate) stuck: Mutex<Vec<LaneReport>>,
     pub(crate) start: Instant,
+    /// Read-modify-writes per address, when the launch counts them.
+    pub(crate) by_address: Option<Arc<Mutex<HashMap<usize, u64>>>>,
 }
 
 impl Shared {
@@ -48,6 +51,7 @@ impl Shared {
             error: Mutex::new(None),
             stuck: Mutex::new(Vec::new()),
             start: Instant::now(),
+            by_address: None,
         }
     }
 
@@ -127,6 +131,7 @@ pub(crate) struct WorkerStats {
     pub(crate) sys_loads: u64,
     pub(crate) sys_stores: u64,
     pub(crate) sys_rmws: u64,
+    pub(crate) sleep_ns: u64,
     pub(crate) collectives: u64,
     pub(crate) lanes: u64,
     pub(crate) warps: u64,
@@ -172,7 +177,10 @@ impl<'a> Worker<'a> {
                 steps: AtomicU64::new(0),
                 start: shared.start,
             }),
-            accesses: Arc::default(),
+            accesses: Arc::new(Accesses {
+                by_address: shared.by_address.clone(),
+                ..Accesses::default()
+            }),
             queue: blocks.into_iter(),
             blocks: Vec::new(),
             warps: Vec::new(),
@@ -202,6 +210,7 @@ impl<'a> Worker<'a> {
         self.stats.sys_loads = self.accesses.sys_loads.load(Ordering::Relaxed);
         self.stats.sys_stores = self.accesses.sys_stores.load(Ordering::Relaxed);
         self.stats.sys_rmws = self.accesses.sys_rmws.load(Ordering::Relaxed);
+        self.stats.sleep_ns = self.accesses.sleep_ns.load(Ordering::Relaxed);
         self.stats
     }
 

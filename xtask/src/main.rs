@@ -78,8 +78,10 @@ enum Cmd {
     Ci,
     /// Stage the GPU check in `.device/` (release binary, run.sh, the CUDA
     /// C++ baseline, report.py), compile the baseline with the PyPI nvcc
-    /// where it works, and run the check here to show its no-GPU path. On a
-    /// GPU machine, run `OUT=<dir> .device/run.sh`.
+    /// where it works, build the peer allocator Gallatin when its source is
+    /// in `.peers/gallatin` or `GALLATIN_DIR` (CCCL's headers from `CCCL` or
+    /// PyPI), and run the check here to show its no-GPU path. On a GPU
+    /// machine, run `OUT=<dir> .device/run.sh` (`STEPS=...` for fewer steps).
     DeviceCheck,
     /// Set up, then run the warpalloc CLI in release mode (default: `stress`).
     Run {

@@ -429,12 +429,17 @@ impl DeviceHeap {
                     }
                     Lock::Claimed => return (0, (CLAIMED << OUTCOME_SHIFT) | index),
                     Lock::Creating { waiting } => match Creation::of(waiting) {
-                        // A publication in flight: the slot again, soon.
+                        // A publication in flight, or a creation met by a
+                        // search that may not claim (the heap is
+                        // exhausted): the slot again, soon, and then a
+                        // whole new scan — not past it: its slab may be
+                        // the room an exhausted heap has left.
                         None if retries < MAX_TRIES => {
                             simt::snooze_after(retries);
                             retries += 1;
                             continue;
                         }
+                        None => return (0, RETRY << OUTCOME_SHIFT),
                         // A creation of our class that will have room for
                         // us as well as for the lanes counted on it before
                         // (our addition counted us): wait for it, polling
