@@ -102,7 +102,8 @@ pub const MAX_TRIES: u32 = 16;
 const _: () = assert!(LIVE.count_ones() == 1 && LIVE >> 31 == 1);
 
 /// [`Lock::Creating`]'s `waiting` when the caller met a publication in
-/// flight rather than a creation's dead counter, or could not register.
+/// flight rather than a creation's dead counter, or did not register (it
+/// may not claim: a free, an exhausted heap's search).
 pub const UNKNOWN_WAIT: u32 = u32::MAX;
 /// A creation tag's class sits above this bit; the lanes counted below.
 pub const TAG_SHIFT: u32 = 24;
@@ -363,7 +364,7 @@ pub enum Lock {
     /// claim's [`creation_tag`] plus every group's lanes that registered
     /// so far, the caller's included ([`Creation::of`] reads it); or
     /// [`UNKNOWN_WAIT`] when the caller met a creation that was just
-    /// being published (retry at once).
+    /// being published (retry at once) or did not register (`claim` 0).
     Creating {
         /// The dead counter after the caller's addition.
         waiting: u32,
