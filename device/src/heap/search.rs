@@ -5,8 +5,8 @@
 //!
 //! ```text
 //!   lanes of one class (a group) ─► its leader, alone:
-//!       hint[class][stream] ─► its slot: room? ── yes ─► lock n (one atomic) ─► done
-//!            │ no (a full slab: one load)
+//!       hint[class][stream] ─► its slot: lock n (one atomic): room? ── yes ─► done
+//!            │ no (the spare references given back)
 //!            ▼
 //!       slot h+1, h+2, ... ─► room: lock ─► done
 //!                             being created for us, with room for us: count
@@ -49,9 +49,11 @@
 //! Each class has `STREAMS` hints, one per stream of SMs (`sm_id %
 //! STREAMS`); a search starts at its stream's hint (else the class's,
 //! stream 0's), so warps on different SMs start at different slabs of a
-//! class once it has several. A full slab is passed with one load, not
-//! locked: a full hint does not take an add and a sub from every warp that
-//! meets it.
+//! class once it has several. The slots after the hint are passed with one
+//! load when full; the hint's own slot is locked whatever its count (an add
+//! and a sub when it is full): skipping that lock by its count cost 5 to 9
+//! registers in every malloc kernel (ptxas, 2026-12-04), for no change the
+//! contention test could see.
 //!
 //! # A slab's life in a slot
 //! Claimed (the slot was empty) → created and published by the claiming
@@ -390,12 +392,11 @@ impl DeviceHeap {
             // room does not grow with the class's slabs.
             let index = wrap(hint, offset, slot_count);
             let guard = self.slot(index);
-            // A full slab is passed with one load (no lock: a full hint
-            // slab must not take an add and a sub from every warp that
-            // meets it). A slot whose count is 0 is empty, being created or
-            // taken over, or an empty slab: worth a lock only to claim it,
-            // to count on its creation, or to find the empty slab ours (the
-            // hint's, even while the heap is exhausted).
+            // The hint's slot is locked whatever its count (see "Spreading"
+            // above); after it, a full slab is passed with one load. A slot
+            // whose count is 0 is empty, being created or taken over, or an
+            // empty slab: worth a lock only to claim it, to count on its
+            // creation, or to find the empty slab ours.
             let count = guard.use_count();
             if offset == 0 || (count < geo.usable && (may_claim || count > 0)) {
                 match guard.lock(n, claim) {
