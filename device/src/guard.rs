@@ -439,9 +439,9 @@ impl Guard {
         // registration as its waiter (the dead counter counts the lanes
         // that wait for it), or, if it was published meanwhile, an
         // acquire. Others (frees, an exhausted heap's search) only learn
-        // that it is being created. We must not wait here: the creating
-        // group may be in our own warp, waiting for us at its next
-        // collective.
+        // that it is being created. The guard does not wait: its caller
+        // decides (the search waits only for a creation of its own class
+        // that will have room for it, out of line, see heap/search.rs).
         let creating = seen == 0 || seen == SENTINEL;
         if creating && claim == 0 {
             return Lock::Creating {

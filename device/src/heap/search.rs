@@ -445,9 +445,12 @@ impl DeviceHeap {
                         // us as well as for the lanes counted on it before
                         // (our addition counted us): wait for it, polling
                         // the slot with one load — not registering again —
-                        // then lock it. Never our own warp's (a warp's
-                        // lanes of one class are one group), so waiting
-                        // here cannot hold up its creators.
+                        // then lock it. Its creators are never in our
+                        // call (a call's lanes of one class are one group)
+                        // and no collective of theirs names us; lanes of
+                        // our warp in another, divergent call run while we
+                        // wait (independent thread scheduling, sm_70 on;
+                        // in the simulator a poll's sleep is a switch).
                         Some(c)
                             if c.class == class as u32
                                 && c.lanes <= geo.usable
