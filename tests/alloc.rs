@@ -1092,9 +1092,12 @@ fn an_emptied_slab_is_taken_over_by_another_class_once_the_host_refuses() {
                 size,
             },
         );
+        let got = read(heap, &ptrs);
         assert!(
-            read(heap, &ptrs).iter().all(|&p| p != 0),
-            "a {size} B malloc returned null"
+            got.iter().all(|&p| p != 0),
+            "a {size} B malloc returned null: {} nulls, {:?}",
+            got.iter().filter(|&&p| p == 0).count(),
+            heap.stats().expect("stats")
         );
         run(
             heap,

@@ -19,7 +19,8 @@
 //!      emptied slab elsewhere? then it gives the claim up and searches
 //!      there; else the pool's or the host's; an empty slab of another class
 //!      taken over only once the provider refuses); lanes beyond the room,
-//!      lanes whose wait ran out and lanes that found no memory scan again
+//!      lanes that met a creation in flight and lanes that found no memory
+//!      scan again
 //! ```
 //!
 //! The lanes asking for one class form a `uniform` group whose leader scans
@@ -163,19 +164,24 @@ const OWN_CLASS_CHECKS: u32 = 32;
 /// found (a free into a full slab points the hint at it, see `free_small`).
 pub(super) const EXHAUSTED_WINDOW: u32 = 32;
 
-/// Polls of a slot being created by a group that counts on it (each a load
-/// and a wait of up to 1 µs): about as long as a slab takes to come from
-/// the host. A creation that takes longer is scanned for again.
-const CREATION_WAITS: u32 = 128;
-
 /// Polls `guard`, a slot being created that the caller counts on, until
-/// the creation ends (true) or `CREATION_WAITS` polls passed (false). Out
-/// of line: its loop's registers are not added to the scan's.
+/// the creation ends (true): published, or given up for want of memory. A
+/// creation always ends (its creators wait for the host's answer, which
+/// always comes), so the wait has no bound: a bound in polls (128, about
+/// 100 µs on a GPU) meant nothing in the simulator, where a poll takes no
+/// time, and a group whose wait ran out registered again, counted twice —
+/// more slabs than the lanes needed, and under a limit a refusal that left
+/// lanes null while memory sufficed (`an_emptied_slab_is_taken_over_...`
+/// failed 9 times in 40 under load). It returns false only after
+/// `u32::MAX` polls — about an hour at 1 µs each, which no creation takes:
+/// the form without that check cost `malloc_only` 2 registers (ptxas,
+/// 2026-12-04). Out of line: its loop's registers are not added to the
+/// scan's.
 #[inline(never)]
 fn wait_for_creation(guard: &crate::guard::Guard) -> bool {
     let mut polls = 0u32;
     while guard.is_creating() {
-        if polls == CREATION_WAITS {
+        if polls == u32::MAX {
             return false;
         }
         simt::snooze_after(polls);
@@ -556,6 +562,14 @@ impl DeviceHeap {
             Some((slab, clean)) => pack(index, slab, clean),
             None => {
                 self.slot(index).abandon();
+                // No memory: the exhausted heap's searches look at a window
+                // after their hint only, and the class's slabs begin at its
+                // start slot (its first claim's) — the newest, which the
+                // hints name, may be full while older ones have room.
+                let first = start_slot(class, self.slot_count()) + 1;
+                self.class_hint(class, stream())
+                    .store(first, Ordering::Relaxed);
+                self.class_hint(class, 0).store(first, Ordering::Relaxed);
                 0
             }
         }
