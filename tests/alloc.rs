@@ -7,7 +7,7 @@
 mod support;
 
 use support::{assert_clean, assert_empty, buffer, errors, heap, read, run, stats};
-use warpalloc::Heap;
+use warpalloc::{Heap, HeapStats};
 use warpalloc_device::sim::{Convergence, LaunchConfig, LaunchStats, seeds};
 use warpalloc_device::size_class::SLAB_SIZE;
 use warpalloc_host::Buffer;
@@ -730,51 +730,34 @@ fn free_counts(heap: &mut Heap, cfg: &LaunchConfig, ptrs: &[u64]) -> LaunchStats
         .expect("a heap made with a launcher")
         .upload(ptrs)
         .expect("upload");
-    *heap
-        .launcher_mut()
-        .expect("a heap made with a launcher")
-        .simulator_config() = cfg.clone();
-    // SAFETY: a word per thread, each 0 or a block of this heap.
-    let report = unsafe {
-        heap.launch(
-            cfg.grid_dim,
-            cfg.block_dim,
-            free_only::Args {
-                ptrs: ptrs.kernel_ptr(),
-            },
-        )
-    }
-    .expect("free_only");
-    report.simulator.expect("simulator counts")
+    run(
+        heap,
+        cfg,
+        free_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+        },
+    )
+    .expect("simulator counts")
 }
 
 /// The simulator's counts of one warp's launch of `malloc_only` (`size`
 /// bytes per lane) on `heap`, and the addresses it got (0: null).
 fn malloc_warp_counts(heap: &mut Heap, size: u32) -> (LaunchStats, Vec<u64>) {
     let ptrs = buffer::<u64>(heap, 32);
-    *heap
-        .launcher_mut()
-        .expect("a heap made with a launcher")
-        .simulator_config() = LaunchConfig::linear(1, 32)
+    let cfg = LaunchConfig::linear(1, 32)
         .seed(7)
         .workers(1)
         .convergence(Convergence::Converged);
-    // SAFETY: a word per thread.
-    let report = unsafe {
-        heap.launch(
-            (1, 1, 1),
-            (32, 1, 1),
-            malloc_only::Args {
-                ptrs: ptrs.kernel_ptr(),
-                size,
-            },
-        )
-    }
-    .expect("malloc_only");
-    (
-        report.simulator.expect("simulator counts"),
-        read(heap, &ptrs),
+    let counts = run(
+        heap,
+        &cfg,
+        malloc_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+            size,
+        },
     )
+    .expect("simulator counts");
+    (counts, read(heap, &ptrs))
 }
 
 /// Simulator steps of one warp's launch of `malloc_only`, and the addresses
@@ -1012,6 +995,39 @@ fn a_warp_of_mixed_classes_on_an_exhausted_heap_finds_each_class_its_room() {
     assert_empty(&mut heap, "mixed classes on an exhausted heap");
 }
 
+/// `malloc_only` of `size` in every thread of `cfg` (all must be served),
+/// then `free_only` of it all; the heap's stats after.
+fn malloc_free_round(
+    heap: &mut Heap,
+    cfg: &LaunchConfig,
+    ptrs: &Buffer<u64>,
+    size: u32,
+) -> HeapStats {
+    run(
+        heap,
+        cfg,
+        malloc_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+            size,
+        },
+    );
+    let got = read(heap, ptrs);
+    assert!(
+        got.iter().all(|&p| p != 0),
+        "a {size} B malloc returned null: {} nulls, {:?}",
+        got.iter().filter(|&&p| p == 0).count(),
+        heap.stats().expect("stats")
+    );
+    run(
+        heap,
+        cfg,
+        free_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+        },
+    );
+    heap.stats().expect("stats")
+}
+
 /// While memory lasts, a class that needs a slab asks the host rather than
 /// take over another class's emptied one (which would keep the heap's size
 /// flat under churn: a takeover moves a slab and empties the slot it left),
@@ -1021,28 +1037,7 @@ fn classes_keep_their_emptied_slabs_while_the_host_has_memory() {
     let mut heap = heap(64 * SLAB_SIZE, 256);
     let ptrs = buffer::<u64>(&heap, 256);
     let cfg = LaunchConfig::linear(4, 64).seed(0x6b33);
-    let round = |heap: &mut Heap, size: u32| {
-        run(
-            heap,
-            &cfg,
-            malloc_only::Args {
-                ptrs: ptrs.kernel_ptr(),
-                size,
-            },
-        );
-        assert!(
-            read(heap, &ptrs).iter().all(|&p| p != 0),
-            "a {size} B malloc returned null"
-        );
-        run(
-            heap,
-            &cfg,
-            free_only::Args {
-                ptrs: ptrs.kernel_ptr(),
-            },
-        );
-        heap.stats().expect("stats")
-    };
+    let round = |heap: &mut Heap, size: u32| malloc_free_round(heap, &cfg, &ptrs, size);
     let first = round(&mut heap, 16 << 10);
     let second = round(&mut heap, 8 << 10);
     let traffic = second.traffic.since(&first.traffic);
@@ -1083,31 +1078,7 @@ fn an_emptied_slab_is_taken_over_by_another_class_once_the_host_refuses() {
     let mut heap = heap(4 * SLAB_SIZE, 64);
     let ptrs = buffer::<u64>(&heap, 256);
     let cfg = LaunchConfig::linear(4, 64).seed(0xe417);
-    let round = |heap: &mut Heap, size: u32| {
-        run(
-            heap,
-            &cfg,
-            malloc_only::Args {
-                ptrs: ptrs.kernel_ptr(),
-                size,
-            },
-        );
-        let got = read(heap, &ptrs);
-        assert!(
-            got.iter().all(|&p| p != 0),
-            "a {size} B malloc returned null: {} nulls, {:?}",
-            got.iter().filter(|&&p| p == 0).count(),
-            heap.stats().expect("stats")
-        );
-        run(
-            heap,
-            &cfg,
-            free_only::Args {
-                ptrs: ptrs.kernel_ptr(),
-            },
-        );
-        heap.stats().expect("stats")
-    };
+    let round = |heap: &mut Heap, size: u32| malloc_free_round(heap, &cfg, &ptrs, size);
     let first = round(&mut heap, 16 << 10);
     // (Three slabs, or four when warps racing for room create one more: the
     // server thread's timing is not the simulator's to replay.)

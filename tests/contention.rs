@@ -34,7 +34,7 @@
 
 mod support;
 
-use support::{assert_clean, assert_empty, buffer, errors, heap, stats};
+use support::{assert_clean, assert_empty, buffer, errors, heap, run, stats};
 use warpalloc_device::heap::{LAYOUT, MAX_SLOTS};
 use warpalloc_device::sim::{Convergence, LaunchConfig};
 use warpalloc_device::size_class::{SLAB_SIZE, class_index, geometry};
@@ -150,24 +150,16 @@ fn contention(size: u32, seed: u64) -> Contention {
         .resident_warps(RESIDENT as usize)
         .convergence(Convergence::Converged)
         .count_addresses(slots);
-    *heap
-        .launcher_mut()
-        .expect("a heap made with a launcher")
-        .simulator_config() = cfg.clone();
-    // SAFETY: the stats buffer has the kernel's 8 words.
-    let report = unsafe {
-        heap.launch(
-            cfg.grid_dim,
-            cfg.block_dim,
-            alloc_free::Args {
-                stats: stats_buf.kernel_ptr(),
-                size,
-                rounds: ROUNDS,
-            },
-        )
-    }
-    .unwrap_or_else(|e| panic!("alloc_free at {size} B: {e}"));
-    let launch = report.simulator.expect("simulator counts");
+    let launch = run(
+        &mut heap,
+        &cfg,
+        alloc_free::Args {
+            stats: stats_buf.kernel_ptr(),
+            size,
+            rounds: ROUNDS,
+        },
+    )
+    .expect("simulator counts");
     let s = stats(&heap, &stats_buf);
     let context = format!("contention at {size} B, seed {seed:#x}");
     assert_clean(&s, errors(&heap), &context);

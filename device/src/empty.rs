@@ -80,16 +80,24 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         self.hint.store(word, Ordering::Relaxed);
     }
 
-    /// Takes a marked slot among the first `slots`, clearing its bit: the
-    /// caller then tries to reclaim its slab. `None` when none is marked.
-    /// Looks at the hint's word first, then at most every word once.
-    pub fn take(&self, slots: u32) -> Option<u32> {
+    /// Where a walk of the marks of the first `slots` goes: the words to
+    /// look at and the one to start from (the hint's); `None` when no slot
+    /// is marked.
+    #[inline(always)]
+    fn walk(&self, slots: u32) -> Option<(u32, u32)> {
         if self.count.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let words = slots.div_ceil(32).min(WORDS as u32);
         let hint = self.hint.load(Ordering::Relaxed);
-        let start = if hint < words { hint } else { 0 };
+        Some((words, if hint < words { hint } else { 0 }))
+    }
+
+    /// Takes a marked slot among the first `slots`, clearing its bit: the
+    /// caller then tries to reclaim its slab. `None` when none is marked.
+    /// Looks at the hint's word first, then at most every word once.
+    pub fn take(&self, slots: u32) -> Option<u32> {
+        let (words, start) = self.walk(slots)?;
         for i in 0..words {
             let at = wrap(start, i, words);
             let word = self.words.get(at as usize);
@@ -122,12 +130,7 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
     /// marked slots, from the hint's word on. `None` when none of those it
     /// asked about was wanted.
     pub fn find(&self, slots: u32, checks: u32, wanted: impl Fn(u32) -> bool) -> Option<u32> {
-        if self.count.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let words = slots.div_ceil(32).min(WORDS as u32);
-        let hint = self.hint.load(Ordering::Relaxed);
-        let start = if hint < words { hint } else { 0 };
+        let (words, start) = self.walk(slots)?;
         let mut asked = 0u32;
         for i in 0..words {
             let at = wrap(start, i, words);
@@ -141,45 +144,6 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
                 seen &= seen - 1;
                 if wanted(slot) {
                     return Some(slot);
-                }
-            }
-        }
-        None
-    }
-
-    /// Takes a marked slot among the first `slots` for which `wanted`
-    /// holds, clearing its bit, without touching the marks it passes:
-    /// `wanted` is asked of at most `checks` marked slots, from the hint's
-    /// word on. `None` when none of those it asked about was wanted (or
-    /// another taker won the one that was).
-    pub fn take_if(&self, slots: u32, checks: u32, wanted: impl Fn(u32) -> bool) -> Option<u32> {
-        if self.count.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let words = slots.div_ceil(32).min(WORDS as u32);
-        let hint = self.hint.load(Ordering::Relaxed);
-        let start = if hint < words { hint } else { 0 };
-        let mut asked = 0u32;
-        for i in 0..words {
-            let at = wrap(start, i, words);
-            let word = self.words.get(at as usize);
-            let mut seen = word.load(Ordering::Relaxed);
-            while seen != 0 {
-                if asked == checks {
-                    return None;
-                }
-                asked += 1;
-                let bit = 1u32 << seen.trailing_zeros();
-                seen &= !bit;
-                if !wanted(at * 32 + bit.trailing_zeros()) {
-                    continue;
-                }
-                if word.fetch_and(!bit) & bit != 0 {
-                    // ORDERING: acquire (gpu): pairs with the release fence
-                    // in `mark`, as in `take`.
-                    fence(Ordering::Acquire, Scope::Gpu);
-                    self.count.fetch_sub(1);
-                    return Some(at * 32 + bit.trailing_zeros());
                 }
             }
         }
@@ -238,25 +202,6 @@ mod tests {
         taken.sort();
         assert_eq!(taken, [Some(5), Some(77), Some(127)]);
         assert_eq!((e.take(128), e.count(), e.marked()), (None, 0, 0));
-    }
-
-    #[test]
-    fn take_if_takes_only_a_wanted_mark_and_leaves_the_others() {
-        let e = EmptySlots::<4>::new();
-        for s in [3, 40, 41, 100] {
-            e.mark(s);
-        }
-        assert_eq!(e.take_if(128, 8, |s| s == 41), Some(41));
-        assert_eq!((e.count(), e.marked()), (3, 3));
-        assert!(e.is_marked(3) && e.is_marked(40) && e.is_marked(100));
-        assert_eq!(e.take_if(128, 8, |s| s == 41), None, "taken once");
-        // At most `checks` marks are asked about.
-        assert!(
-            e.take_if(128, 1, |s| s == 40 || s == 3 || s == 100)
-                .is_some()
-        );
-        assert_eq!(e.take_if(128, 2, |_| false), None);
-        assert_eq!((e.count(), e.marked()), (2, 2));
     }
 
     #[test]

@@ -282,9 +282,10 @@ impl RefCount {
 
     /// Sets a dead counter to `tag` (a claim's [`creation_tag`]): only a
     /// slot's claimant does this, and no acquire can succeed on it until
-    /// `publish` makes it live. A racing failed acquire's addition may be
-    /// lost or land on top: the value only steers how many groups wait
-    /// for the creation.
+    /// `publish` makes it live. An exchange, not a store (loom: with a
+    /// store, `guard_claim_race` ended with a published slab whose count
+    /// was dead). A racing registration may be lost or land on top: the
+    /// value only steers how many groups wait for the creation.
     #[inline(always)]
     fn tag(&self, tag: u32) {
         self.counter.swap(tag & !LIVE);

@@ -59,13 +59,11 @@ pub struct LaunchConfig {
     /// architecture (`redux.sync` from 8.0 on) takes the one a GPU of this
     /// capability would.
     pub capability: (u32, u32),
-    /// Count read-modify-writes per address (`LaunchStats::hottest_rmws`,
-    /// `watched_rmws`): a contention measurement; it costs a lock per
-    /// read-modify-write, so it is off unless asked for.
-    pub count_addresses: bool,
-    /// The address range `(start, bytes)` whose read-modify-writes
-    /// `LaunchStats::watched_rmws` sums (with `count_addresses`).
-    pub watch: (u64, u64),
+    /// An address range `(start, bytes)` whose read-modify-writes are
+    /// counted per address (`LaunchStats::watched_rmws`,
+    /// `watched_hottest`): a contention measurement; it costs a lock per
+    /// read-modify-write, so it is off (`None`) unless asked for.
+    pub watch: Option<(u64, u64)>,
 }
 
 /// The simulator's default [`LaunchConfig::capability`]: 9.0, the Hopper
@@ -95,8 +93,7 @@ impl LaunchConfig {
             max_steps: None,
             binding: 0,
             capability: DEFAULT_CAPABILITY,
-            count_addresses: false,
-            watch: (0, 0),
+            watch: None,
         }
     }
 
@@ -141,12 +138,10 @@ impl LaunchConfig {
         self
     }
 
-    /// Counts read-modify-writes per address, and sums those in `watch`
-    /// (`start`, `bytes`): `LaunchStats::hottest_rmws`,
-    /// `hottest_address`, `watched_rmws`.
+    /// Counts read-modify-writes per address in `watch` (`start`,
+    /// `bytes`): `LaunchStats::watched_rmws`, `watched_hottest`.
     pub fn count_addresses(mut self, watch: (u64, u64)) -> Self {
-        self.count_addresses = true;
-        self.watch = watch;
+        self.watch = Some(watch);
         self
     }
 

@@ -222,24 +222,13 @@ pub fn clock() -> u64 {
     })
 }
 
-/// Counts one atomic access of the calling lane (nothing outside a launch);
-/// the sums are the launch's `atomic_loads`, `atomic_stores`, `atomic_rmws`.
-pub fn count_access(access: Access) {
-    count(access, false);
-}
-
-/// Counts one atomic access at system scope (on the GPU a `.sys`
-/// operation: memory the host reads while kernels run): in the launch's
-/// totals, as [`count_access`], and in its `sys_loads`, `sys_stores`,
-/// `sys_rmws`.
-pub fn count_sys_access(access: Access) {
-    count(access, true);
-}
-
-/// Counts one atomic access at `addr` (at system scope if `sys`), as
-/// [`count_access`] or [`count_sys_access`], and, when the launch counts
-/// addresses (`LaunchConfig::count_addresses`), a read-modify-write
-/// against its address.
+/// Counts one atomic access of the calling lane at `addr` (nothing outside
+/// a launch): the sums are the launch's `atomic_loads`, `atomic_stores`,
+/// `atomic_rmws`, and, when `sys` (on the GPU a `.sys` operation: memory
+/// the host reads while kernels run), its `sys_loads`, `sys_stores`,
+/// `sys_rmws`; when the launch counts addresses
+/// (`LaunchConfig::count_addresses`), a read-modify-write is counted
+/// against its address too.
 pub fn count_access_at(access: Access, sys: bool, addr: usize) {
     count(access, sys);
     if access == Access::Rmw {

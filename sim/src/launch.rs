@@ -34,11 +34,6 @@ pub struct LaunchStats {
     /// Nanoseconds of `nanosleep` the lanes asked for (the simulator does
     /// not wait them: a sleep is a switch point).
     pub sleep_ns: u64,
-    /// With `LaunchConfig::count_addresses`: the read-modify-writes on the
-    /// address that had the most, and that address (0 and 0 otherwise).
-    pub hottest_rmws: u64,
-    /// See `hottest_rmws`.
-    pub hottest_address: u64,
     /// With `LaunchConfig::count_addresses`: the read-modify-writes on
     /// addresses in `LaunchConfig::watch`.
     pub watched_rmws: u64,
@@ -114,7 +109,7 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
     let kernel: KernelRef = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), KernelRef>(kernel) };
 
     let mut shared = Shared::new();
-    if cfg.count_addresses {
+    if cfg.watch.is_some() {
         shared.by_address = Some(Default::default());
     }
     let workers = cfg.workers.max(1);
@@ -168,23 +163,18 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         }
     }
 
-    // The hottest address, and the watched range's sum.
-    let (hottest, watched_rmws, watched_hottest) = match &shared.by_address {
-        Some(map) => {
+    // The watched range's sum and its hottest address.
+    let (watched_rmws, watched_hottest) = match (&shared.by_address, cfg.watch) {
+        (Some(map), Some((start, bytes))) => {
             let map = map.lock().unwrap_or_else(PoisonError::into_inner);
-            let hottest = map
-                .iter()
-                .max_by_key(|&(&addr, &n)| (n, std::cmp::Reverse(addr)))
-                .map_or((0, 0), |(&addr, &n)| (addr as u64, n));
-            let (start, bytes) = cfg.watch;
             let watched = || {
                 map.iter()
                     .filter(|&(&addr, _)| (addr as u64).wrapping_sub(start) < bytes)
                     .map(|(_, &n)| n)
             };
-            (hottest, watched().sum(), watched().max().unwrap_or(0))
+            (watched().sum(), watched().max().unwrap_or(0))
         }
-        None => ((0, 0), 0, 0),
+        _ => (0, 0),
     };
     let error = shared
         .error
@@ -200,8 +190,6 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         Some(kind) => Err(fail(kind)),
         None => Ok(LaunchStats {
             sleep_ns: totals.sleep_ns,
-            hottest_rmws: hottest.1,
-            hottest_address: hottest.0,
             watched_rmws,
             watched_hottest,
             steps: totals.steps,

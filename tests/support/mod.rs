@@ -7,7 +7,7 @@
 use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::Errors;
 use warpalloc_device::kernel::Kernel;
-use warpalloc_device::sim::LaunchConfig;
+use warpalloc_device::sim::{LaunchConfig, LaunchStats};
 use warpalloc_host::backing::GRANULE;
 use warpalloc_host::{Buffer, Launcher, Prefer};
 use warpalloc_kernels_tests::stress::Stats;
@@ -38,17 +38,18 @@ pub fn heap(capacity: u64, slots: u32) -> Heap {
 }
 
 /// Runs `args` with `cfg`'s grid, block and schedule, panicking with the
-/// seed on failure.
+/// seed on failure; the simulator's counts of the launch.
 #[track_caller]
-pub fn run<K: Kernel>(heap: &mut Heap, cfg: &LaunchConfig, args: K) {
+pub fn run<K: Kernel>(heap: &mut Heap, cfg: &LaunchConfig, args: K) -> Option<LaunchStats> {
     *heap
         .launcher_mut()
         .expect("a heap made with a launcher")
         .simulator_config() = cfg.clone();
     // SAFETY: every pointer in `args` comes from buffers of this heap's
     // launcher, sized for the grid and alive until this returns.
-    if let Err(e) = unsafe { heap.launch(cfg.grid_dim, cfg.block_dim, args) } {
-        panic!("{}: {e}", K::NAME);
+    match unsafe { heap.launch(cfg.grid_dim, cfg.block_dim, args) } {
+        Ok(report) => report.simulator,
+        Err(e) => panic!("{}: {e}", K::NAME),
     }
 }
 

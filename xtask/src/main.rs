@@ -235,6 +235,12 @@ fn nvcc_full() -> Result<PathBuf> {
         NVCC_FULL.join(" "),
         dir.display()
     );
+    pip_install(&dir, NVCC_FULL).context("pip install of the pinned nvcc")?;
+    Ok(dir)
+}
+
+/// `pip install --no-deps --target DIR PACKAGES` (quiet).
+fn pip_install(dir: &Path, packages: &[&str]) -> Result<String> {
     Command::new("python3")
         .args([
             "-m",
@@ -245,11 +251,9 @@ fn nvcc_full() -> Result<PathBuf> {
             "--disable-pip-version-check",
             "--target",
         ])
-        .arg(&dir)
-        .args(NVCC_FULL)
+        .arg(dir)
+        .args(packages)
         .output_ok()
-        .context("pip install of the pinned nvcc")?;
-    Ok(dir)
 }
 
 fn device_check(steps: &mut Steps) -> Result<()> {
@@ -442,20 +446,7 @@ fn cccl() -> Result<PathBuf> {
     if base.exists() {
         std::fs::remove_dir_all(&base).with_context(|| format!("removing {}", base.display()))?;
     }
-    Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "--target",
-        ])
-        .arg(base)
-        .arg(CCCL_PACKAGE)
-        .output_ok()
-        .context("pip install of the CCCL headers")?;
+    pip_install(&base, &[CCCL_PACKAGE]).context("pip install of the CCCL headers")?;
     if !include.join("nv/target").is_file() {
         bail!(
             "{CCCL_PACKAGE} installed, but {} has no nv/target (package layout changed?)",

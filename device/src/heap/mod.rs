@@ -432,6 +432,16 @@ impl DeviceHeap {
         addr
     }
 
+    /// A slab taken over to go back to the provider: the granule table
+    /// forgets it (a stale free of it is a double free) and it is counted
+    /// as given back.
+    fn forget_slab(&self, slab: u64) {
+        if let Some(granule) = self.granule_of(slab) {
+            self.granules.set(granule, Granule::Freed);
+        }
+        self.counters.slabs_to_provider.fetch_add(1);
+    }
+
     /// Gives emptied slabs back to the host (one lane; a large block was
     /// refused): classes keep their emptied slabs while memory lasts, and
     /// this is where they stop keeping them. At most `GIVE_BACK` slabs, as
@@ -444,10 +454,7 @@ impl DeviceHeap {
             let Some((_, slab, _)) = self.take_over_empty(true) else {
                 break;
             };
-            if let Some(granule) = self.granule_of(slab) {
-                self.granules.set(granule, Granule::Freed);
-            }
-            self.counters.slabs_to_provider.fetch_add(1);
+            self.forget_slab(slab);
             self.system_deallocate(slab, SLAB_SIZE);
             given += 1;
         }
@@ -654,12 +661,9 @@ impl DeviceHeap {
                 continue;
             }
             if let Some(slab) = guard.reclaim() {
-                if let Some(granule) = self.granule_of(slab) {
-                    self.granules.set(granule, Granule::Freed);
-                }
                 self.empties.clear(index);
                 guard.vacate();
-                self.counters.slabs_to_provider.fetch_add(1);
+                self.forget_slab(slab);
                 f(slab);
                 n += 1;
             }
