@@ -121,7 +121,7 @@ enum Command {
         /// Largest small request (bytes; sizes are log-uniform from 16).
         #[arg(long, default_value_t = 4096)]
         max_size: u32,
-        /// One allocation in this many is a large block of 1-3 MiB (0: none).
+        /// One allocation in this many is a large block of 1-5 MiB (0: none).
         #[arg(long, default_value_t = 64)]
         large_one_in: u32,
         /// Pool mode with this many slabs mapped before launch (default: RPC

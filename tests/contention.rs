@@ -38,7 +38,7 @@ use support::{assert_clean, assert_empty, buffer, errors, heap, run, stats};
 use warpalloc_device::heap::{LAYOUT, MAX_SLOTS};
 use warpalloc_device::sim::{Convergence, LaunchConfig};
 use warpalloc_device::size_class::{SLAB_SIZE, class_index, geometry};
-use warpalloc_kernels_tests::stress::alloc_free;
+use warpalloc_kernels_tests::stress::{STATS_WORDS, alloc_free};
 
 /// Warps resident at once (one worker).
 const RESIDENT: u32 = 512;
@@ -141,7 +141,7 @@ fn contention(size: u32, seed: u64) -> Contention {
     let threads = RESIDENT * 32;
     let blocks = threads / BLOCK;
     let mut heap = heap(16 << 30, 32_768);
-    let stats_buf = buffer::<u64>(&heap, 8);
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
     // The slot table: every guard word.
     let slots = (heap.device_heap() + LAYOUT.slots, MAX_SLOTS as u64 * 8);
     let cfg = LaunchConfig::linear(blocks, BLOCK)

@@ -88,8 +88,8 @@ pub enum Mode {
 pub struct HeapConfig {
     /// How slabs reach the device.
     pub mode: Mode,
-    /// Address space to reserve (default: the smaller of 64 GiB and twice the
-    /// device memory).
+    /// Address space to reserve (default: twice the device memory, at most
+    /// 512 GiB: `warpalloc_device::heap::MAX_REGION`).
     pub reserve: Option<u64>,
     /// The most device memory the heap maps (default: no limit but the
     /// device's).
@@ -596,6 +596,15 @@ impl Heap {
             device: &*self.device,
             region: &region,
         }))
+    }
+
+    /// Starts the peaks of the heap's memory over (`HeapStats::region`'s
+    /// `peak_mapped_bytes` and `peak_in_use_bytes` become what is mapped
+    /// and handed out now), so that the next ones are those of the launches
+    /// that follow: a phase's, or a kernel's (`warpalloc stress` reports
+    /// each kernel's peak beside the bytes its threads held).
+    pub fn reset_peaks(&self) {
+        lock(&self.region).reset_peaks();
     }
 
     /// Takes the device's empty slabs back (the slots that publish a slab

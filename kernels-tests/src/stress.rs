@@ -33,10 +33,16 @@ pub struct Stats {
     pub large: u64,
     /// The first corrupt block's owner tag (`owner << 32 | seq`), if any.
     pub first_bad: u64,
+    /// Bytes the kernel's threads hold now (requested sizes of the blocks
+    /// allocated and not yet checked and freed; 0 after a clean run).
+    pub live_bytes: u64,
+    /// The most bytes they held at once: what the heap's peak mapped memory
+    /// is measured against (`warpalloc stress`, tests/drift.rs).
+    pub peak_live_bytes: u64,
 }
 
 /// Words of the stats array.
-pub const STATS_WORDS: usize = 8;
+pub const STATS_WORDS: usize = 10;
 
 impl Stats {
     /// Reads a stats array written by a kernel.
@@ -50,6 +56,8 @@ impl Stats {
             bytes: w[5],
             large: w[6],
             first_bad: w[7],
+            live_bytes: w[8],
+            peak_live_bytes: w[9],
         }
     }
 }
@@ -64,6 +72,22 @@ fn stat(stats: *mut u64, i: usize) -> &'static AtomicU64 {
 #[inline(always)]
 fn count(stats: *mut u64, i: usize, n: u64) {
     stat(stats, i).fetch_add(n);
+}
+
+/// Counts a successful allocation of `size` bytes that the kernel will give
+/// to [`check_and_free`]: one allocation, and `size` more bytes live (the
+/// peak raised to the new total).
+#[inline(always)]
+fn count_alloc(stats: *mut u64, size: usize) {
+    count(stats, 0, 1);
+    count_live(stats, size);
+}
+
+/// `size` more bytes live, and the peak raised to the new total.
+#[inline(always)]
+fn count_live(stats: *mut u64, size: usize) {
+    let now = stat(stats, 8).fetch_add(size as u64) + size as u64;
+    stat(stats, 9).fetch_max(now);
 }
 
 /// A per-thread xorshift64* generator.
@@ -172,7 +196,8 @@ pub unsafe fn read_tag(p: *const u8) -> Option<(u32, u32, usize)> {
 }
 
 /// A request size from the churn distribution: log-uniform from 16 bytes to
-/// `max_small`, and one in `large_one_in` a block of 1–3 MiB.
+/// `max_small`, and one in `large_one_in` a block of 1 MiB to 5 MiB
+/// (1 to 3 granules).
 #[inline(always)]
 pub fn churn_size(rng: &mut Rng, max_small: u32, large_one_in: u32) -> usize {
     if large_one_in != 0 && rng.below(large_one_in) == 0 {
@@ -199,6 +224,7 @@ unsafe fn check_and_free(stats: *mut u64, p: *mut u8, size: usize, owner: u32, s
     // SAFETY: the caller owns `p`, and nothing uses it after.
     unsafe { free(p) };
     count(stats, 1, 1);
+    stat(stats, 8).fetch_sub(size as u64);
 }
 
 /// Hands `p` to the shared array at a random slot; returns what was there.
@@ -246,7 +272,7 @@ kernel! {
                 count(stats, 2, 1);
                 continue;
             }
-            count(stats, 0, 1);
+            count_alloc(stats, size);
             count(stats, 5, size as u64);
             if size as u64 >= LARGE_THRESHOLD {
                 count(stats, 6, 1);
@@ -355,7 +381,7 @@ kernel! {
             count(stats, 2, 1);
             return;
         }
-        count(stats, 0, 1);
+        count_alloc(stats, size);
         if usable_size(p) < size || !p.addr().is_multiple_of(16) {
             count(stats, 4, 1);
         }
@@ -393,7 +419,7 @@ kernel! {
             count(stats, 2, 1);
             return;
         }
-        count(stats, 0, 1);
+        count_alloc(stats, size);
         if !p.addr().is_multiple_of(align) || usable_size(p) < size {
             count(stats, 4, 1);
         }
@@ -428,7 +454,7 @@ kernel! {
                 count(stats, 2, 1);
                 break;
             }
-            count(stats, 0, 1);
+            count_alloc(stats, size);
             // SAFETY: a fresh block, ours.
             unsafe { write_pattern(p, size, me, n) };
             let at = (me * per_thread + n) as usize;
@@ -612,7 +638,7 @@ kernel! {
                 count(stats, 2, 1);
                 continue;
             }
-            count(stats, 0, 1);
+            count_alloc(stats, size);
             count(stats, 5, size as u64);
             // SAFETY: a fresh block of `size` bytes, ours.
             unsafe { write_pattern(p, size, me, seq) };
@@ -749,6 +775,10 @@ kernel! {
                 count(stats, 2, 1);
             } else {
                 count(stats, 0, 1);
+                if !even {
+                    // Checked and freed below.
+                    count_live(stats, size);
+                }
                 // SAFETY: a fresh block of `size` bytes, ours.
                 unsafe { write_pattern(p, size, me, round) };
             }

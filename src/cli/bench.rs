@@ -8,7 +8,9 @@ use serde::Serialize;
 use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{HostError, Prefer};
-use warpalloc_kernels_tests::stress::{alloc_free, drain, fill, free_only, lifetimes, malloc_only};
+use warpalloc_kernels_tests::stress::{
+    STATS_WORDS, alloc_free, drain, fill, free_only, lifetimes, malloc_only,
+};
 
 use super::common::{
     Schedule, buffer, bytes, launch, launch_report, launcher, mode_name, open_heap, rate, read,
@@ -138,7 +140,7 @@ fn cold_warm<K: Kernel>(
     let (mut pairs, mut nulls) = (0, 0);
     let mut per_pair = PerPair::default();
     for t in &mut times {
-        let stats = buffer::<u64>(heap, 8)?;
+        let stats = buffer::<u64>(heap, STATS_WORDS)?;
         let report = launch_report(heap, blocks, block, kernel(stats.kernel_ptr()))?;
         let elapsed = report.elapsed;
         let s = read_stats(heap, &stats)?;
@@ -349,7 +351,7 @@ fn fill_case(
     )?;
     let blocks = threads.div_ceil(block);
     let n = (blocks * block) as usize;
-    let stats = buffer::<u64>(&heap, 8)?;
+    let stats = buffer::<u64>(&heap, STATS_WORDS)?;
     let ptrs = buffer::<u64>(&heap, n * per_thread as usize)?;
     let sizes = buffer::<u32>(&heap, n * per_thread as usize)?;
     let counts = buffer::<u32>(&heap, n)?;

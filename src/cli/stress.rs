@@ -12,7 +12,8 @@ use warpalloc_host::HostError;
 use warpalloc_host::backing::GRANULE;
 use warpalloc_kernels_tests::collections::collections;
 use warpalloc_kernels_tests::stress::{
-    SWEEP_SIZES, Stats, aligned, churn, drain, drain_transfer, fill, lifetimes, resize, size_sweep,
+    STATS_WORDS, SWEEP_SIZES, Stats, aligned, churn, drain, drain_transfer, fill, lifetimes,
+    resize, size_sweep,
 };
 
 use super::common::{buffer, bytes, launch, mode_name, rate, read, read_stats, target_name};
@@ -63,6 +64,11 @@ pub struct KernelReport {
     pub heap_traffic: u64,
     /// Allocations still live in the heap after the kernel.
     pub live_after: u64,
+    /// The most bytes the kernel's threads held at once (requested sizes;
+    /// 0 for kernels that do not count them: collections, resize).
+    pub peak_live_bytes: u64,
+    /// The heap's peak mapped memory during the kernel.
+    pub peak_mapped_bytes: u64,
     pub seconds: f64,
     pub ops_per_second: f64,
     pub problems: Vec<String>,
@@ -103,7 +109,7 @@ fn outcome(stats: Stats, threads: u64, elapsed: Duration) -> Outcome {
 }
 
 fn run_churn(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, STATS_WORDS)?;
     let slots = (a.blocks * a.threads).clamp(64, 1 << 20);
     let transfer = buffer::<u64>(heap, slots as usize)?;
     let elapsed = launch(
@@ -135,7 +141,7 @@ fn run_churn(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
 }
 
 fn run_sweep(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, STATS_WORDS)?;
     let blocks = SWEEP_SIZES.div_ceil(a.threads).max(1) * 2;
     let elapsed = launch(
         heap,
@@ -160,7 +166,7 @@ fn run_sweep(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
 }
 
 fn run_aligned(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, STATS_WORDS)?;
     let elapsed = launch(
         heap,
         a.blocks,
@@ -182,7 +188,7 @@ fn run_aligned(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
 fn run_fill(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
     let per_thread = 16u32;
     let threads = (a.blocks * a.threads) as usize;
-    let stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, STATS_WORDS)?;
     let ptrs = buffer::<u64>(heap, threads * per_thread as usize)?;
     let sizes = buffer::<u32>(heap, threads * per_thread as usize)?;
     let counts = buffer::<u32>(heap, threads)?;
@@ -249,7 +255,7 @@ fn run_fill(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
 }
 
 fn run_lifetimes(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, STATS_WORDS)?;
     let elapsed = launch(
         heap,
         a.blocks,
@@ -271,7 +277,7 @@ fn run_lifetimes(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> 
 }
 
 fn run_collections(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, STATS_WORDS)?;
     let elapsed = launch(
         heap,
         a.blocks,
@@ -296,7 +302,7 @@ fn run_collections(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError
 }
 
 fn run_resize(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
-    let stats = buffer::<u64>(heap, 8)?;
+    let stats = buffer::<u64>(heap, STATS_WORDS)?;
     let elapsed = launch(
         heap,
         a.blocks,
@@ -330,6 +336,8 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
     let mut kernels = Vec::new();
     let mut problems = Vec::new();
     let mut skipped = Vec::new();
+    // The run's peaks: each kernel's start over (`reset_peaks`).
+    let (mut run_peak, mut run_peak_in_use) = (0u64, 0u64);
     for name in &a.kernels {
         bar.set_message(name.clone());
         if name == "collections" && a.capped {
@@ -356,6 +364,7 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
         // none (`lifetimes` under '--limit 4194304 --convergence random
         // --seed 32 --workers 1', and `fill` at other seeds).
         heap.trim()?;
+        heap.reset_peaks();
         let before = heap.stats()?;
         let result = match name.as_str() {
             "churn" => run_churn(heap, a),
@@ -377,6 +386,9 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
         let o = result?;
         let after = heap.stats()?;
         let traffic = after.traffic.since(&before.traffic).served();
+        let peak_mapped_bytes = after.region.peak_mapped_bytes;
+        run_peak = run_peak.max(after.region.peak_mapped_bytes);
+        run_peak_in_use = run_peak_in_use.max(after.region.peak_in_use_bytes);
         let (before, live_after, after) =
             (before.device, after.live.live_allocations(), after.device);
         let s = o.stats;
@@ -392,6 +404,8 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
             invalid_frees: after.invalid_frees - before.invalid_frees,
             heap_traffic: traffic,
             live_after,
+            peak_live_bytes: s.peak_live_bytes,
+            peak_mapped_bytes,
             seconds: o.elapsed.as_secs_f64(),
             ops_per_second: if o.elapsed.is_zero() {
                 0.0
@@ -469,8 +483,8 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
         target: target_name(heap),
         mode: mode_name(heap.mode()),
         kernels,
-        peak_mapped_bytes: after_trim.region.peak_mapped_bytes,
-        peak_in_use_bytes: after_trim.region.peak_in_use_bytes,
+        peak_mapped_bytes: run_peak.max(after_trim.region.peak_mapped_bytes),
+        peak_in_use_bytes: run_peak_in_use.max(after_trim.region.peak_in_use_bytes),
         rpc_allocs: after_trim.rpc.allocs,
         rpc_frees: after_trim.rpc.frees,
         refusals: after_trim.region.refusals.iter().sum(),
@@ -486,12 +500,23 @@ pub fn print(report: &StressReport) {
     println!("warpalloc stress — {}", report.target);
     println!("mode: {}", report.mode);
     println!(
-        "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>12}  result",
-        "kernel", "threads", "allocs", "nulls", "corrupt", "broken", "traffic", "time", "allocs/s"
+        "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7} {:>10} {:>12}  result",
+        "kernel",
+        "threads",
+        "allocs",
+        "nulls",
+        "corrupt",
+        "broken",
+        "traffic",
+        "peak live",
+        "peak mapped",
+        "÷",
+        "time",
+        "allocs/s"
     );
     for k in &report.kernels {
         println!(
-            "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>9.1}ms {:>12}  {}",
+            "{:<12} {:>9} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7} {:>9.1}ms {:>12}  {}",
             k.kernel,
             k.threads,
             k.allocs,
@@ -499,6 +524,16 @@ pub fn print(report: &StressReport) {
             k.corrupt,
             k.broken,
             k.heap_traffic,
+            bytes(k.peak_live_bytes),
+            bytes(k.peak_mapped_bytes),
+            if k.peak_live_bytes == 0 {
+                "-".to_string()
+            } else {
+                format!(
+                    "{:.2}",
+                    k.peak_mapped_bytes as f64 / k.peak_live_bytes as f64
+                )
+            },
             k.seconds * 1e3,
             rate(k.ops_per_second),
             if k.problems.is_empty() {

@@ -4,7 +4,7 @@
 //! `cuMemSetAccess`. Every call binds the heap's context to the calling
 //! thread first (the RPC server's thread is not the one that created it).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -22,6 +22,9 @@ pub struct CudaVmm {
     granularity: u64,
     reservation: Option<(u64, u64)>,
     mapped: HashMap<u64, sys::CUmemGenericAllocationHandle>,
+    /// Addresses a physical granule moved away from (`remap`): still mapped
+    /// to it, until `unmap`.
+    aliases: HashSet<u64>,
     spares: Vec<sys::CUmemGenericAllocationHandle>,
     calls: DriverCalls,
 }
@@ -82,6 +85,7 @@ impl CudaVmm {
             granularity: 0,
             reservation: None,
             mapped: HashMap::new(),
+            aliases: HashSet::new(),
             spares: Vec::new(),
             calls: DriverCalls::default(),
         };
@@ -122,6 +126,36 @@ impl CudaVmm {
     fn bind(&self) -> Result<(), BackingError> {
         bind(&self.ctx).map_err(driver_error("cuCtxSetCurrent"))
     }
+
+    /// Maps `handle` at `addr` (an unmapped granule of our reservation) and
+    /// makes it readable and writable by the device; undone on failure.
+    /// The caller bound the context.
+    fn map_handle(
+        &self,
+        addr: u64,
+        handle: sys::CUmemGenericAllocationHandle,
+    ) -> Result<(), BackingError> {
+        // SAFETY: `addr` is an unmapped granule of our reservation; `handle` a
+        // physical allocation of exactly that size.
+        driver("cuMemMap", || unsafe {
+            sys::cuMemMap(addr, GRANULE as usize, 0, handle, 0)
+        })?;
+        let desc = sys::CUmemAccessDesc {
+            location: self.prop().location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the range was just mapped; one descriptor.
+        if let Err(e) = driver("cuMemSetAccess", || unsafe {
+            sys::cuMemSetAccess(addr, GRANULE as usize, &desc, 1)
+        }) {
+            // SAFETY: undo the mapping just made.
+            let _ = driver("cuMemUnmap", || unsafe {
+                sys::cuMemUnmap(addr, GRANULE as usize)
+            });
+            return Err(e);
+        }
+        Ok(())
+    }
 }
 
 impl Backing for CudaVmm {
@@ -151,26 +185,7 @@ impl Backing for CudaVmm {
                 handle
             }
         };
-        // SAFETY: `addr` is an unmapped granule of our reservation; `handle` a
-        // physical allocation of exactly that size.
-        if let Err(e) = driver("cuMemMap", || unsafe {
-            sys::cuMemMap(addr, GRANULE as usize, 0, handle, 0)
-        }) {
-            self.spares.push(handle);
-            return Err(e);
-        }
-        let desc = sys::CUmemAccessDesc {
-            location: self.prop().location,
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        // SAFETY: the range was just mapped; one descriptor.
-        if let Err(e) = driver("cuMemSetAccess", || unsafe {
-            sys::cuMemSetAccess(addr, GRANULE as usize, &desc, 1)
-        }) {
-            // SAFETY: undo the mapping just made.
-            let _ = driver("cuMemUnmap", || unsafe {
-                sys::cuMemUnmap(addr, GRANULE as usize)
-            });
+        if let Err(e) = self.map_handle(addr, handle) {
             self.spares.push(handle);
             return Err(e);
         }
@@ -180,6 +195,18 @@ impl Backing for CudaVmm {
     }
 
     fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
+        if self.aliases.contains(&addr) {
+            self.bind()?;
+            // SAFETY: an alias we mapped; no kernel uses it (the region's
+            // trim contract). Its physical granule stays mapped where it
+            // moved to.
+            driver("cuMemUnmap", || unsafe {
+                sys::cuMemUnmap(addr, GRANULE as usize)
+            })?;
+            self.aliases.remove(&addr);
+            self.calls.unmaps += 1;
+            return Ok(());
+        }
         let Some(&handle) = self.mapped.get(&addr) else {
             return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
         };
@@ -195,6 +222,35 @@ impl Backing for CudaVmm {
         self.spares.push(handle);
         result?;
         self.calls.unmaps += 1;
+        Ok(())
+    }
+
+    fn remap(&mut self, from: u64, to: u64) -> Result<(), BackingError> {
+        let Some(&handle) = self.mapped.get(&from) else {
+            return Err(BackingError::BadRequest(format!("remap {from:#x}")));
+        };
+        if self.mapped.contains_key(&to) || self.aliases.contains(&to) {
+            return Err(BackingError::BadRequest(format!("remap to {to:#x}")));
+        }
+        self.bind()?;
+        self.map_handle(to, handle)?;
+        self.mapped.remove(&from);
+        self.mapped.insert(to, handle);
+        self.aliases.insert(from);
+        self.calls.remaps += 1;
+        Ok(())
+    }
+
+    fn adopt(&mut self, alias: u64, owner: u64) -> Result<(), BackingError> {
+        if !self.aliases.contains(&alias) {
+            return Err(BackingError::BadRequest(format!("adopt {alias:#x}")));
+        }
+        let Some(physical) = self.mapped.remove(&owner) else {
+            return Err(BackingError::BadRequest(format!("adopt from {owner:#x}")));
+        };
+        self.mapped.insert(alias, physical);
+        self.aliases.remove(&alias);
+        self.aliases.insert(owner);
         Ok(())
     }
 
@@ -215,7 +271,11 @@ impl Backing for CudaVmm {
     }
 
     fn free_reservation(&mut self) -> Result<(), BackingError> {
-        let addrs: Vec<u64> = self.mapped.keys().copied().collect();
+        let aliases: Vec<u64> = self.aliases.iter().copied().collect();
+        let addrs: Vec<u64> = aliases
+            .into_iter()
+            .chain(self.mapped.keys().copied())
+            .collect();
         for addr in addrs {
             self.unmap(addr)?;
         }

@@ -7,7 +7,9 @@
 //! * map: `mmap(addr, 2 MiB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
 //!   fd)` (`cuMemMap` + `cuMemSetAccess`);
 //! * unmap: the range becomes `PROT_NONE` anonymous memory again
-//!   (`cuMemUnmap`), and the memfd a spare that may be mapped elsewhere.
+//!   (`cuMemUnmap`), and the memfd a spare that may be mapped elsewhere;
+//! * remap: the memfd mapped at a second address as well (`cuMemMap` of the
+//!   same handle), the first left as an alias until it is unmapped.
 //!
 //! Under Miri, which has no `mmap` of files, the reservation is one block of
 //! the allocator and a physical granule is only a count: mapping zeroes the
@@ -15,7 +17,7 @@
 //! the operating system — what is mapped, spares, driver-call counts — is the
 //! same code either way.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{Backing, BackingError, DriverCalls, GRANULE};
 
@@ -24,6 +26,9 @@ pub struct HostEmulated {
     device_memory: u64,
     reservation: Option<(u64, u64)>,
     mapped: HashMap<u64, os::Physical>,
+    /// Addresses a physical granule moved away from (`remap`): still mapped
+    /// to it, until `unmap`.
+    aliases: HashSet<u64>,
     spares: Vec<os::Physical>,
     calls: DriverCalls,
 }
@@ -35,6 +40,7 @@ impl HostEmulated {
             device_memory,
             reservation: None,
             mapped: HashMap::new(),
+            aliases: HashSet::new(),
             spares: Vec::new(),
             calls: DriverCalls::default(),
         })
@@ -87,6 +93,14 @@ impl Backing for HostEmulated {
     }
 
     fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
+        if self.aliases.contains(&addr) {
+            // SAFETY: an alias of ours that nothing uses (the region's trim
+            // contract); its physical granule stays mapped where it moved.
+            unsafe { os::unmap(addr) }?;
+            self.aliases.remove(&addr);
+            self.calls.unmaps += 1;
+            return Ok(());
+        }
         let Some(physical) = self.mapped.remove(&addr) else {
             return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
         };
@@ -98,6 +112,37 @@ impl Backing for HostEmulated {
         Ok(())
     }
 
+    fn remap(&mut self, from: u64, to: u64) -> Result<(), BackingError> {
+        if !self.inside(to) || self.mapped.contains_key(&to) || self.aliases.contains(&to) {
+            return Err(BackingError::BadRequest(format!("remap to {to:#x}")));
+        }
+        let Some(physical) = self.mapped.remove(&from) else {
+            return Err(BackingError::BadRequest(format!("remap {from:#x}")));
+        };
+        // SAFETY: `to` is a granule of our reservation that is not mapped.
+        if let Err(e) = unsafe { os::map(to, &physical) } {
+            self.mapped.insert(from, physical);
+            return Err(e);
+        }
+        self.mapped.insert(to, physical);
+        self.aliases.insert(from);
+        self.calls.remaps += 1;
+        Ok(())
+    }
+
+    fn adopt(&mut self, alias: u64, owner: u64) -> Result<(), BackingError> {
+        if !self.aliases.contains(&alias) {
+            return Err(BackingError::BadRequest(format!("adopt {alias:#x}")));
+        }
+        let Some(physical) = self.mapped.remove(&owner) else {
+            return Err(BackingError::BadRequest(format!("adopt from {owner:#x}")));
+        };
+        self.mapped.insert(alias, physical);
+        self.aliases.remove(&alias);
+        self.aliases.insert(owner);
+        Ok(())
+    }
+
     fn release_spares(&mut self) -> Result<u64, BackingError> {
         let n = self.spares.len() as u64;
         self.spares.clear();
@@ -106,7 +151,11 @@ impl Backing for HostEmulated {
     }
 
     fn free_reservation(&mut self) -> Result<(), BackingError> {
-        let addrs: Vec<u64> = self.mapped.keys().copied().collect();
+        let aliases: Vec<u64> = self.aliases.iter().copied().collect();
+        let addrs: Vec<u64> = aliases
+            .into_iter()
+            .chain(self.mapped.keys().copied())
+            .collect();
         for addr in addrs {
             self.unmap(addr)?;
         }

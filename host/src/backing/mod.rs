@@ -15,7 +15,10 @@
 //!
 //! Memory moves in granules of [`GRANULE`] bytes (2 MiB, the allocator's slab
 //! size). A physical granule that is unmapped goes to a spare list and may be
-//! mapped again at another address.
+//! mapped again at another address. While kernels run, a free physical
+//! granule can also move to another address (`remap`: mapped there too, its
+//! old address left as an alias until `trim` unmaps it), so that memory
+//! freed in scattered granules serves a run of them without unmapping.
 //!
 //! The deadlock rule (DESIGN.md): `Region::allocate` and `Region::free` run on
 //! the RPC server thread while kernels spin. `allocate` may create and map
@@ -74,6 +77,8 @@ pub struct DriverCalls {
     pub unmaps: u64,
     /// Physical granules released.
     pub releases: u64,
+    /// Physical granules mapped at a second address (`Backing::remap`).
+    pub remaps: u64,
 }
 
 /// The driver-facing half of a region: address space and physical granules.
@@ -87,8 +92,23 @@ pub trait Backing: Send {
     /// device.
     fn map(&mut self, addr: u64) -> Result<(), BackingError>;
 
-    /// Unmaps the granule at `addr`; its physical granule becomes a spare.
+    /// Unmaps the granule at `addr`. Its physical granule becomes a spare,
+    /// unless `addr` was left behind by a [`Backing::remap`] (the physical
+    /// granule is still mapped where it moved to).
     fn unmap(&mut self, addr: u64) -> Result<(), BackingError>;
+
+    /// Moves the physical granule mapped at `from` to `to` (inside the
+    /// reservation, unmapped) without unmapping anything: it is mapped at
+    /// `to` too, readable and writable, and `from` stays mapped to it until
+    /// `unmap(from)` — an alias that nothing may use, since its bytes are
+    /// `to`'s. No physical memory is created, and nothing synchronises
+    /// (unmapping is for `trim`, between launches).
+    fn remap(&mut self, from: u64, to: u64) -> Result<(), BackingError>;
+
+    /// Makes `alias` — an address a [`Backing::remap`] left mapped to the
+    /// physical granule now at `owner` — that granule's address again, and
+    /// `owner` an alias of it. Bookkeeping only: both stay mapped.
+    fn adopt(&mut self, alias: u64, owner: u64) -> Result<(), BackingError>;
 
     /// Releases every spare physical granule; returns how many.
     fn release_spares(&mut self) -> Result<u64, BackingError>;
@@ -116,6 +136,12 @@ impl<B: Backing + ?Sized> Backing for Box<B> {
     }
     fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
         (**self).unmap(addr)
+    }
+    fn remap(&mut self, from: u64, to: u64) -> Result<(), BackingError> {
+        (**self).remap(from, to)
+    }
+    fn adopt(&mut self, alias: u64, owner: u64) -> Result<(), BackingError> {
+        (**self).adopt(alias, owner)
     }
     fn release_spares(&mut self) -> Result<u64, BackingError> {
         (**self).release_spares()

@@ -2,16 +2,31 @@
 //! [`Backing`].
 //!
 //! ```text
-//!   base                                                      base + len
-//!   │ Used Used │ Free │ Unmapped … │ Used (run of 3)    │ Free │ Unmapped │
-//!   └── a run ──┘  mapped, reusable    a large block       ...
-//!                  without the driver
+//!   base                                                             base + len
+//!   │ Used Used │ Free │ Unmapped … │ Used (run of 3)    │ Retired │ Unmapped │
+//!   └── a run ──┘  mapped, reusable    a large block       its memory moved
+//!                  without the driver                      to another address
 //! ```
 //!
+//! Where a run goes (`find_run`): the smallest stretch of `Free` granules
+//! that holds it (best fit: no driver call, and longer stretches stay whole
+//! for longer runs); else the first place with the fewest granules still to
+//! map. Those are backed by new physical memory — or, when the limit or the
+//! device's free memory would refuse that, by `Free` granules elsewhere
+//! moved there (`Backing::remap`: the physical granule is mapped at the new
+//! address too, and its old one is `Retired` until `trim` unmaps it). So
+//! memory freed in scattered granules serves a run of them, and a region
+//! refuses for want of memory only when it has none left: large blocks
+//! freed and taken again in other sizes do not strand it. A `Retired`
+//! granule costs address space only (the reservation is twice the
+//! device's memory by default), until the next `trim`.
+//!
 //! Invariants (checked by the tests' model):
-//! `mapped_bytes = GRANULE · |Used ∪ Free|`, `in_use_bytes = GRANULE · |Used|`,
+//! `mapped_bytes = GRANULE · |Used ∪ Free|` (physical memory: a `Retired`
+//! granule's is counted where it moved), `in_use_bytes = GRANULE · |Used|`,
 //! every `Used` granule belongs to exactly one run in `runs`, runs never overlap,
-//! and every `Free` granule is in `free_granules`.
+//! every `Free` granule is in `free_granules`, and
+//! `retired_granules = |Retired|`.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -21,8 +36,9 @@ use warpalloc_device::rpc::wire::Status;
 /// Sizes and limits of a region.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RegionConfig {
-    /// Address space to reserve (default: the smaller of 64 GiB and twice the
-    /// device memory).
+    /// Address space to reserve (default: twice the device memory, at most
+    /// `MAX_REGION`, 512 GiB; relocated granules' old addresses stay
+    /// reserved until `trim`).
     pub reserve: Option<u64>,
     /// The most bytes mapped at once (default: no limit but the device).
     pub limit: Option<u64>,
@@ -102,6 +118,12 @@ pub struct RegionStats {
     pub granules_mapped: u64,
     /// Mapped granules free for reuse now.
     pub free_mapped_granules: u64,
+    /// Addresses left mapped to a physical granule that moved to another
+    /// address, until `trim` (address space, not memory).
+    pub retired_granules: u64,
+    /// Free physical granules moved to where a run needed them, because
+    /// new memory would have been refused.
+    pub relocations: u64,
     /// Runs handed out now (slabs and large blocks).
     pub live_runs: u64,
     /// Successful allocations.
@@ -126,6 +148,9 @@ enum State {
     Unmapped,
     Free,
     Used,
+    /// Still mapped, to a physical granule that serves another address now
+    /// (`Backing::remap`); unusable until `trim` unmaps it.
+    Retired,
 }
 
 /// A reserved range of address space handed out in runs of granules.
@@ -136,6 +161,11 @@ pub struct Region<B: Backing> {
     /// First granule of each run handed out → its length in granules.
     runs: HashMap<usize, usize>,
     free_granules: BTreeSet<usize>,
+    /// A `Retired` granule → the granule its physical memory is at now (never
+    /// `Retired` itself).
+    owner_of: HashMap<usize, usize>,
+    /// A granule → the `Retired` granules mapped to its physical memory.
+    aliases: HashMap<usize, Vec<usize>>,
     limit: u64,
     headroom: u64,
     fail_every: u64,
@@ -149,7 +179,7 @@ impl<B: Backing> Region<B> {
     pub fn new(mut backing: B, config: RegionConfig) -> Result<Region<B>, BackingError> {
         let reserve = config
             .reserve
-            .unwrap_or_else(|| (64 << 30).min(2 * backing.device_memory()))
+            .unwrap_or_else(|| 2 * backing.device_memory())
             .min(warpalloc_device::heap::MAX_REGION);
         let granules = (reserve / GRANULE).max(1);
         let base = backing.reserve(granules * GRANULE)?;
@@ -159,6 +189,8 @@ impl<B: Backing> Region<B> {
             states: vec![State::Unmapped; granules as usize],
             runs: HashMap::new(),
             free_granules: BTreeSet::new(),
+            owner_of: HashMap::new(),
+            aliases: HashMap::new(),
             limit: config.limit.unwrap_or(u64::MAX),
             headroom: config.headroom,
             fail_every: 0,
@@ -232,39 +264,139 @@ impl<B: Backing> Region<B> {
         self.base + granule as u64 * GRANULE
     }
 
-    /// Where a run of `n` granules aligned to `step` granules could go: the start
-    /// with the fewest granules still to map (a fully mapped run needs no
-    /// driver call), or `None`.
+    /// The first granule at or after `from` that starts a run aligned to
+    /// `step` granules (`first`: the first aligned granule).
+    fn aligned_from(first: usize, step: usize, from: usize) -> usize {
+        first + from.saturating_sub(first).div_ceil(step) * step
+    }
+
+    /// Where a run of `n` granules aligned to `align` could go, best fit:
+    /// the shortest stretch of `Free` granules that holds it (no driver
+    /// call); else the first start with the fewest granules still to map
+    /// (`Used` and `Retired` granules excluded); or `None`.
     fn find_run(&self, n: usize, align: u64) -> Option<usize> {
-        if n == 1 && align == GRANULE {
-            if let Some(&i) = self.free_granules.first() {
-                return Some(i);
-            }
-            return self.states.iter().position(|&s| s == State::Unmapped);
-        }
         let step = (align / GRANULE).max(1) as usize;
         let misalign = ((self.base % align) / GRANULE) as usize;
         let first = (step - misalign % step) % step;
+        // Stretches of free granules, from the ordered set: O(free).
+        let mut best: Option<(usize, usize)> = None;
+        let mut free = self.free_granules.iter().copied().peekable();
+        while let Some(start) = free.next() {
+            let mut end = start + 1;
+            while free.next_if_eq(&end).is_some() {
+                end += 1;
+            }
+            let at = Self::aligned_from(first, step, start);
+            if at + n <= end && best.is_none_or(|(_, len)| end - start < len) {
+                best = Some((at, end - start));
+            }
+        }
+        if let Some((at, _)) = best {
+            return Some(at);
+        }
+        if n == 1 && step == 1 {
+            return self.states.iter().position(|&s| s == State::Unmapped);
+        }
         let mut best: Option<(usize, usize)> = None;
         let mut start = first;
         while start + n <= self.states.len() {
-            let run = &self.states[start..start + n];
-            if let Some(used) = run.iter().rposition(|&s| s == State::Used) {
-                // Skip past the used granule, to the next aligned start.
-                let after = start + used + 1;
-                start = first + (after.saturating_sub(first)).div_ceil(step) * step;
+            if let Some(taken) = self.last_taken(start, n) {
+                // Skip past the taken granule, to the next aligned start.
+                start = Self::aligned_from(first, step, start + taken + 1);
                 continue;
             }
+            let run = &self.states[start..start + n];
             let to_map = run.iter().filter(|&&s| s == State::Unmapped).count();
             if best.is_none_or(|(_, cost)| to_map < cost) {
                 best = Some((start, to_map));
-                if to_map == 0 {
-                    break;
-                }
             }
             start += step;
         }
         best.map(|(start, _)| start)
+    }
+
+    /// The last granule of `start..start + n` (as an offset) that a run
+    /// there cannot have: `Used`; or `Retired` unless its physical memory
+    /// is free, outside the run and no other granule of the run's (that
+    /// memory can serve one address of it: `adopt`).
+    fn last_taken(&self, start: usize, n: usize) -> Option<usize> {
+        let mut owners: Vec<usize> = Vec::new();
+        let mut taken = None;
+        for (k, &state) in self.states[start..start + n].iter().enumerate() {
+            let ok = match state {
+                State::Used => false,
+                State::Retired => {
+                    let owner = self.owner_of[&(start + k)];
+                    let ok = self.states[owner] == State::Free
+                        && !(start..start + n).contains(&owner)
+                        && !owners.contains(&owner);
+                    owners.push(owner);
+                    ok
+                }
+                State::Free | State::Unmapped => true,
+            };
+            if !ok {
+                taken = Some(k);
+            }
+        }
+        taken
+    }
+
+    /// Makes `retired`, an address of the free physical granule now at
+    /// `owner_of[retired]`, that granule's address again (no driver call),
+    /// and the old one an alias.
+    fn adopt(&mut self, retired: usize) -> Result<(), BackingError> {
+        let owner = self.owner_of[&retired];
+        self.backing.adopt(self.addr(retired), self.addr(owner))?;
+        let mut group = self.aliases.remove(&owner).unwrap_or_default();
+        group.retain(|&g| g != retired);
+        group.push(owner);
+        for &g in &group {
+            self.owner_of.insert(g, retired);
+        }
+        self.owner_of.remove(&retired);
+        self.aliases.insert(retired, group);
+        self.states[owner] = State::Retired;
+        self.free_granules.remove(&owner);
+        self.states[retired] = State::Free;
+        self.free_granules.insert(retired);
+        Ok(())
+    }
+
+    /// Moves the free physical granule at `from` to `to` (unmapped): `from`
+    /// and its aliases become aliases of `to`.
+    fn relocate(&mut self, from: usize, to: usize) -> Result<(), BackingError> {
+        self.backing.remap(self.addr(from), self.addr(to))?;
+        let mut group = self.aliases.remove(&from).unwrap_or_default();
+        group.push(from);
+        for &g in &group {
+            self.owner_of.insert(g, to);
+        }
+        self.aliases.insert(to, group);
+        self.states[from] = State::Retired;
+        self.free_granules.remove(&from);
+        self.states[to] = State::Free;
+        self.free_granules.insert(to);
+        self.stats.retired_granules += 1;
+        self.stats.relocations += 1;
+        Ok(())
+    }
+
+    /// Whether `new_bytes` of new physical memory may be mapped: `Ok`, or the
+    /// refusal it would get (not counted).
+    fn room_for(&self, new_bytes: u64) -> Result<(), Refusal> {
+        if new_bytes == 0 {
+            return Ok(());
+        }
+        if self.stats.mapped_bytes + new_bytes > self.limit {
+            return Err(Refusal::Limit);
+        }
+        if let Some(free) = self.backing.free_device_memory()
+            && free < new_bytes.saturating_add(self.headroom)
+        {
+            return Err(Refusal::Headroom);
+        }
+        Ok(())
     }
 
     /// A run of `bytes` (a positive multiple of [`GRANULE`]) aligned to `align`
@@ -281,22 +413,54 @@ impl<B: Backing> Region<B> {
             return Err(self.refuse(Refusal::NoAddressSpace));
         }
         let Some(start) = self.find_run(n, align) else {
-            return Err(self.refuse(Refusal::NoAddressSpace));
+            // Address space is what ran out only if memory did not: with
+            // few free granules, it is mostly taken by runs and aliases.
+            let short = n.saturating_sub(self.free_granules.len()) as u64 * GRANULE;
+            let why = self.room_for(short).err();
+            return Err(self.refuse(why.unwrap_or(Refusal::NoAddressSpace)));
         };
         let to_map: Vec<usize> = (start..start + n)
             .filter(|&i| self.states[i] == State::Unmapped)
             .collect();
-        let new_bytes = to_map.len() as u64 * GRANULE;
-        if self.stats.mapped_bytes + new_bytes > self.limit {
-            return Err(self.refuse(Refusal::Limit));
+        // Free granules outside the run, which could move into it (those
+        // that back its `Retired` granules will not).
+        let in_run = (start..start + n)
+            .filter(|&i| self.states[i] != State::Unmapped)
+            .count();
+        let movable = self.free_granules.len() - in_run;
+        let mut fresh = to_map.len();
+        if let Err(why) = self.room_for(fresh as u64 * GRANULE) {
+            fresh = to_map.len().saturating_sub(movable);
+            if self.room_for(fresh as u64 * GRANULE).is_err() {
+                return Err(self.refuse(why));
+            }
         }
-        if new_bytes > 0
-            && let Some(free) = self.backing.free_device_memory()
-            && free < new_bytes.saturating_add(self.headroom)
-        {
-            return Err(self.refuse(Refusal::Headroom));
+        let (moved, created) = to_map.split_at(to_map.len() - fresh);
+        for i in start..start + n {
+            if self.states[i] == State::Retired
+                && let Err(e) = self.adopt(i)
+            {
+                self.last_driver_error = Some(e.to_string());
+                return Err(self.refuse(Refusal::Driver));
+            }
         }
-        for i in to_map {
+        for &i in moved {
+            // The free granule least likely to join a run: the last one
+            // outside ours (runs are placed from the bottom).
+            let Some(&from) = self
+                .free_granules
+                .iter()
+                .rev()
+                .find(|&&g| g < start || g >= start + n)
+            else {
+                return Err(self.refuse(Refusal::Driver));
+            };
+            if let Err(e) = self.relocate(from, i) {
+                self.last_driver_error = Some(e.to_string());
+                return Err(self.refuse(Refusal::Driver));
+            }
+        }
+        for &i in created {
             self.map_attempts += 1;
             if self.fail_every != 0 && self.map_attempts.is_multiple_of(self.fail_every) {
                 return Err(self.refuse(Refusal::InjectedFault));
@@ -351,10 +515,35 @@ impl<B: Backing> Region<B> {
         Ok(())
     }
 
+    /// Starts the peaks over: the peaks of mapped and handed-out bytes become
+    /// what is mapped and handed out now (the next peaks are a phase's).
+    pub fn reset_peaks(&mut self) {
+        self.stats.peak_mapped_bytes = self.stats.mapped_bytes;
+        self.stats.peak_in_use_bytes = self.stats.in_use_bytes;
+    }
+
     /// Unmaps and releases every mapped granule that is free. Only while no
     /// kernel that uses the region runs (the caller's duty). Returns the
     /// bytes given back.
     pub fn trim(&mut self) -> Result<u64, BackingError> {
+        // Aliases first: their physical granules are mapped elsewhere, and
+        // must not be released (as spares) while an alias still maps them.
+        let retired: Vec<usize> = (0..self.states.len())
+            .filter(|&i| self.states[i] == State::Retired)
+            .collect();
+        for i in retired {
+            self.backing.unmap(self.addr(i))?;
+            self.states[i] = State::Unmapped;
+            if let Some(owner) = self.owner_of.remove(&i)
+                && let Some(group) = self.aliases.get_mut(&owner)
+            {
+                group.retain(|&g| g != i);
+                if group.is_empty() {
+                    self.aliases.remove(&owner);
+                }
+            }
+            self.stats.retired_granules -= 1;
+        }
         let free: Vec<usize> = self.free_granules.iter().copied().collect();
         let mut released = 0;
         for i in free {
