@@ -37,7 +37,7 @@
 //!   refs while being created (dead):
 //!          31  30 ....... 24  23 .......................................... 0
 //!        ┌───┬──────────────┬─────────────────────────────────────────────┐
-//!        │ 0 │ class        │ lanes: the claim's + every registered group's │
+//!        │ 0 │ class + 1    │ lanes: the claim's + every registered group's │
 //!        └───┴──────────────┴─────────────────────────────────────────────┘
 //! ```
 //!
@@ -108,19 +108,27 @@ pub const UNKNOWN_WAIT: u32 = u32::MAX;
 /// A creation tag's class sits above this bit; the lanes counted below.
 pub const TAG_SHIFT: u32 = 24;
 const TAG_LANES: u32 = (1 << TAG_SHIFT) - 1;
-/// Classes a tag can name (6 bits, below `LIVE`).
+/// Class fields a tag can hold (7 bits, below `LIVE`): a class plus one,
+/// so that 0 says "not tagged yet".
 const TAG_CLASSES: u32 = 1 << (31 - TAG_SHIFT);
-const _: () = assert!(crate::size_class::CLASS_COUNT as u32 <= TAG_CLASSES);
+const _: () = assert!((crate::size_class::CLASS_COUNT as u32) < TAG_CLASSES);
 
 /// The dead counter a claim of a slot for `class` by `n` lanes leaves while
 /// it creates the slab: the class above [`TAG_SHIFT`], the lanes below.
 /// Groups that meet the slot add their lanes to it ([`Lock::Creating`]),
 /// so that a creation is waited for by about as many lanes as it will
 /// serve, and the rest go on and create slabs of their own. Never 0 (`n`
-/// ≥ 1), so that it also says "may claim" to [`Guard::lock`].
+/// ≥ 1), so that it also says "may claim" to [`Guard::lock`]. The class is
+/// stored plus one: a claim takes the slot (its pointer's CAS) before it
+/// tags the counter, and a group that registers in between adds its lanes
+/// to a counter of 0 — a class field of 0, which says "not tagged yet" (the
+/// tag's exchange will overwrite that addition: `Guard::lock` answers
+/// [`UNKNOWN_WAIT`], look again), rather than "class 0". Read as class 0, it sent groups of every other class on
+/// to claim slots of their own: two slabs where one served (4 blocks of
+/// 128 threads at 64 B, 2026-12-04).
 #[inline(always)]
 pub const fn creation_tag(class: usize, n: u32) -> u32 {
-    ((class as u32 % TAG_CLASSES) << TAG_SHIFT) | (n & TAG_LANES)
+    (((class as u32 + 1) % TAG_CLASSES) << TAG_SHIFT) | (n & TAG_LANES)
 }
 
 /// What a [`Lock::Creating`]'s `waiting` says.
@@ -136,10 +144,24 @@ impl Creation {
     /// Decodes a dead counter's value (`None` for [`UNKNOWN_WAIT`]).
     #[inline(always)]
     pub fn of(waiting: u32) -> Option<Creation> {
+        let field = (waiting >> TAG_SHIFT) % TAG_CLASSES;
+        let class = if planted(UNTAGGED_AS_CLASS_ZERO) {
+            field
+        } else {
+            field.wrapping_sub(1)
+        };
         (waiting != UNKNOWN_WAIT).then_some(Creation {
-            class: (waiting >> TAG_SHIFT) % TAG_CLASSES,
+            class,
             lanes: waiting & TAG_LANES,
         })
+    }
+
+    /// Whether a search of `class` for `n` more lanes (slabs of `usable`
+    /// blocks) would find room in this creation: it is of its class and
+    /// will have room for the lanes counted on it and the `n`.
+    #[inline(always)]
+    pub fn serves(&self, class: u32, n: u32, usable: u32) -> bool {
+        self.class == class && self.lanes + n <= usable
     }
 }
 
@@ -157,6 +179,7 @@ pub mod plant {
         POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_BY_ADD, PUBLISH_COUNT_BEFORE_RELEASE,
         PUBLISH_WITHOUT_RELEASE, RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT,
         RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE, TAKE_CLEARS_BY_STORE,
+        UNTAGGED_AS_CLASS_ZERO,
     };
 
     /// Plants `bug` (or `NONE`) for the models that run next.
@@ -208,6 +231,11 @@ pub const TAKE_CLEARS_BY_STORE: u32 = 9;
 /// that registered to wait for it become references that no one holds:
 /// the slab never empties.
 pub const PUBLISH_BY_ADD: u32 = 10;
+/// Bug: a dead counter that the claim has not tagged yet reads as a
+/// creation of class 0 (the tag's class stored as it is, 0 a class): a
+/// group of another class that registered before the tag goes on to claim
+/// a slot of its own while the creation would have served it.
+pub const UNTAGGED_AS_CLASS_ZERO: u32 = 11;
 
 /// Whether `bug` is planted (always false outside loom builds).
 #[inline(always)]
@@ -452,7 +480,13 @@ impl Guard {
         let raw = self.refs.add(n);
         if raw & LIVE == 0 {
             return if creating {
-                Lock::Creating { waiting: raw }
+                // A class field of 0: the claim has not tagged the counter
+                // yet, and its tag will overwrite our addition — we are
+                // not counted, and must look again.
+                let untagged = raw >> TAG_SHIFT == 0 && !planted(UNTAGGED_AS_CLASS_ZERO);
+                Lock::Creating {
+                    waiting: if untagged { UNKNOWN_WAIT } else { raw },
+                }
             } else {
                 // A published slab whose count is dead: being taken over.
                 Lock::Busy
@@ -484,6 +518,28 @@ impl Guard {
             slab: slab_of(word),
             count,
         }
+    }
+
+    /// Whether a search for `n` lanes of class `class` (slabs of `usable`
+    /// blocks) should lock the slot, from one load of its counter: a live
+    /// count with room (a zero count, an empty slab, only if the search may
+    /// claim); a dead one (an empty slot, a creation, a takeover) only if
+    /// the search may claim, and not a creation tagged for another class or
+    /// one that will have no room for the `n` lanes — registering there
+    /// would only inflate its count (its own class's groups would then pass
+    /// it and claim more slabs than their lanes need) and cost an atomic.
+    #[inline(always)]
+    pub fn worth_a_lock(&self, class: u32, usable: u32, n: u32, may_claim: bool) -> bool {
+        let raw = self.refs.raw();
+        if raw & LIVE != 0 {
+            let count = raw & !LIVE;
+            return count < usable && (may_claim || count > 0);
+        }
+        // An empty slot's counter, or a claim's not tagged yet: class
+        // field 0 (claimable, or to look at again).
+        may_claim
+            && (raw >> TAG_SHIFT == 0
+                || Creation::of(raw).is_none_or(|c| c.serves(class, n, usable)))
     }
 
     /// Whether the slot is being created now (one load: a waiter polls

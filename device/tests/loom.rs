@@ -323,6 +323,78 @@ fn planted_publish_by_add_is_caught() {
     model(plant::PUBLISH_BY_ADD, waiter_registration);
 }
 
+/// Two groups of one class search the same empty slot: one claims it
+/// (the pointer's CAS, then the tag), creates and publishes the slab; the
+/// other, meeting the creation — before the tag, perhaps, when its
+/// addition lands on a counter of 0 and the lock answers "look again" —
+/// reads the creation as its own class's and waits, or looks again; it
+/// never reads it as another class's (which would send it on to claim a
+/// slot of its own). Both use the one slab; when both are done it is empty
+/// and can be taken over.
+fn claim_meets_registration() {
+    const CLASS: usize = 5;
+    let world = Arc::new(World {
+        guard: Guard::new(),
+        slab: SlabModel::new(0),
+        publications: AtomicU32::new(0),
+    });
+    let search = |n: u32| {
+        let w = Arc::clone(&world);
+        move || loop {
+            match w.guard.lock(n, creation_tag(CLASS, n)) {
+                Lock::Claimed => {
+                    w.slab.payload.with_mut(|p| {
+                        // SAFETY: the claim gives exclusive access; loom
+                        // checks it.
+                        unsafe { *p = READY }
+                    });
+                    w.guard.publish(w.addr(), n);
+                    w.use_slab(w.addr());
+                    w.release(n);
+                    return;
+                }
+                Lock::Acquired { slab, .. } => {
+                    w.use_slab(slab);
+                    w.release(n);
+                    return;
+                }
+                Lock::Creating { waiting } => {
+                    if let Some(c) = Creation::of(waiting) {
+                        assert_eq!(
+                            c.class, CLASS as u32,
+                            "a creation of our class read as another's"
+                        );
+                        while w.guard.is_creating() {
+                            thread::yield_now();
+                        }
+                    } else {
+                        thread::yield_now();
+                    }
+                }
+                Lock::Emptied => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    };
+    let a = thread::spawn(search(1));
+    let b = thread::spawn(search(2));
+    a.join().unwrap();
+    b.join().unwrap();
+    assert_eq!(world.guard.use_count(), 0, "references left behind");
+    assert!(world.reclaim(), "an empty slab could not be taken over");
+}
+
+#[test]
+fn guard_claim_meets_registration() {
+    model(plant::NONE, claim_meets_registration);
+}
+
+#[test]
+#[should_panic(expected = "read as another's")]
+fn planted_untagged_as_class_zero_is_caught() {
+    model(plant::UNTAGGED_AS_CLASS_ZERO, claim_meets_registration);
+}
+
 #[test]
 fn empties_hand_each_mark_to_one_taker() {
     model(plant::NONE, || {

@@ -51,7 +51,11 @@
 //! STREAMS`); a search starts at its stream's hint (else the class's,
 //! stream 0's), so warps on different SMs start at different slabs of a
 //! class once it has several. The slots after the hint are passed with one
-//! load when full; the hint's own slot is locked whatever its count (an add
+//! load when full, and so are creations of other classes and creations
+//! that will have no room for the group (`Guard::worth_a_lock`: a group
+//! that registered on those only inflated their counts, so that their own
+//! class's groups passed them and claimed more slabs); the hint's own slot
+//! is locked whatever its count (an add
 //! and a sub when it is full): skipping that lock by its count cost 5 to 9
 //! registers in every malloc kernel (ptxas, 2026-12-04), for no change the
 //! contention test could see.
@@ -399,12 +403,12 @@ impl DeviceHeap {
             let index = wrap(hint, offset, slot_count);
             let guard = self.slot(index);
             // The hint's slot is locked whatever its count (see "Spreading"
-            // above); after it, a full slab is passed with one load. A slot
-            // whose count is 0 is empty, being created or taken over, or an
-            // empty slab: worth a lock only to claim it, to count on its
-            // creation, or to find the empty slab ours.
-            let count = guard.use_count();
-            if offset == 0 || (count < geo.usable && (may_claim || count > 0)) {
+            // above); after it, a full slab, another class's creation and
+            // one with no room for us are passed with one load. An empty
+            // slot, a creation with room for us, a slab being taken over or
+            // an empty slab are worth a lock only to claim it, to count on
+            // its creation, or to find the empty slab ours.
+            if offset == 0 || guard.worth_a_lock(class as u32, geo.usable, n, may_claim) {
                 match guard.lock(n, claim) {
                     Lock::Acquired { slab, count } => {
                         // `count` is after our `n`: the slab had `base`.
@@ -436,8 +440,9 @@ impl DeviceHeap {
                     }
                     Lock::Claimed => return (0, (CLAIMED << OUTCOME_SHIFT) | index),
                     Lock::Creating { waiting } => match Creation::of(waiting) {
-                        // A publication in flight, or a creation met by a
-                        // search that may not claim (the heap is
+                        // A publication in flight, a claim not tagged yet
+                        // (our addition did not count), or a creation met
+                        // by a search that may not claim (the heap is
                         // exhausted): the slot again, soon, and then a
                         // whole new scan — not past it: its slab may be
                         // the room an exhausted heap has left.
