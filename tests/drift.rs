@@ -19,10 +19,13 @@
 
 mod support;
 
-use support::{assert_clean, assert_empty, buffer, errors, heap, run, stats};
+use support::{assert_clean, assert_empty, buffer, errors, heap, heap_with, read, run, stats};
+use warpalloc::HeapConfig;
 use warpalloc_device::sim::{Convergence, LaunchConfig};
 use warpalloc_device::size_class::{CLASSES, SLAB_SIZE};
-use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats, churn, drain_transfer, lifetimes};
+use warpalloc_kernels_tests::stress::{
+    STATS_WORDS, Stats, churn, drain_transfer, free_only, lifetimes, malloc_sizes,
+};
 
 const BLOCKS: u32 = 32;
 const THREADS: u32 = 128;
@@ -189,4 +192,79 @@ fn an_aged_heap_maps_no_more_per_live_byte() {
         "peak mapped ÷ peak live {:.2} after {LONG} rounds: {aged:?}",
         aged.mapped_per_live()
     );
+}
+
+/// `malloc_sizes` of `sizes` (a thread each, one block); the addresses.
+fn malloc_sizes_run(heap: &mut warpalloc::Heap, sizes: &[u32]) -> Vec<u64> {
+    let launcher = heap.launcher().expect("a heap made with a launcher");
+    let sizes_buf = launcher.upload(sizes).expect("upload");
+    let ptrs = buffer::<u64>(heap, sizes.len());
+    let cfg = LaunchConfig::linear(1, sizes.len() as u32).seed(3);
+    run(
+        heap,
+        &cfg,
+        malloc_sizes::Args {
+            ptrs: ptrs.kernel_ptr(),
+            sizes: sizes_buf.kernel_ptr(),
+        },
+    );
+    read(heap, &ptrs)
+}
+
+/// `free_only` of `ptrs` (a thread each; 0: nothing).
+fn free_run(heap: &mut warpalloc::Heap, ptrs: &[u64]) {
+    let launcher = heap.launcher().expect("a heap made with a launcher");
+    let buf = launcher.upload(ptrs).expect("upload");
+    let cfg = LaunchConfig::linear(1, ptrs.len() as u32).seed(5);
+    run(
+        heap,
+        &cfg,
+        free_only::Args {
+            ptrs: buf.kernel_ptr(),
+        },
+    );
+}
+
+#[test]
+fn a_heap_at_its_limit_serves_a_large_block_from_scattered_free_granules() {
+    // Eight large blocks of one granule fill a limit of eight granules;
+    // every other one freed leaves four free granules, no two adjacent.
+    // A block of three granules needs two of them moved next to a third
+    // (the region's relocation): served, with no new memory. Before
+    // relocation, it was refused with 8 MiB free.
+    const MIB: u32 = 1 << 20;
+    let granule = SLAB_SIZE;
+    let mut heap = heap_with(HeapConfig {
+        reserve: Some(64 * granule),
+        limit: Some(8 * granule),
+        slots: 64,
+        ..HeapConfig::default()
+    });
+    let mut blocks = malloc_sizes_run(&mut heap, &[3 * MIB / 2; 8]);
+    assert!(blocks.iter().all(|&p| p != 0), "{blocks:x?}");
+    blocks.sort_unstable();
+    let (freed, kept): (Vec<_>, Vec<_>) = blocks.iter().enumerate().partition(|(i, _)| i % 2 == 1);
+    let freed: Vec<u64> = freed.into_iter().map(|(_, &p)| p).collect();
+    let kept: Vec<u64> = kept.into_iter().map(|(_, &p)| p).collect();
+    free_run(&mut heap, &freed);
+    let before = heap.stats().expect("stats").region;
+    let big = malloc_sizes_run(&mut heap, &[5 * MIB]);
+    assert_ne!(
+        big[0],
+        0,
+        "refused with four granules free: {:?}",
+        heap.stats()
+    );
+    let after = heap.stats().expect("stats").region;
+    assert_eq!(
+        after.mapped_bytes, before.mapped_bytes,
+        "no new memory: {after:?}"
+    );
+    assert_eq!(after.relocations - before.relocations, 2, "{after:?}");
+    free_run(&mut heap, &kept);
+    free_run(&mut heap, &big);
+    let e = errors(&heap);
+    assert_eq!((e.double_frees, e.invalid_frees), (0, 0), "{e:?}");
+    assert_empty(&mut heap, "relocation at the limit");
+    assert_eq!(heap.stats().expect("stats").region.retired_granules, 0);
 }

@@ -85,6 +85,9 @@ pub struct StressReport {
     pub rpc_allocs: u64,
     pub rpc_frees: u64,
     pub refusals: u64,
+    /// Free granules the region moved to where a run needed them, because
+    /// new memory would have been refused.
+    pub relocations: u64,
     pub mapped_after_trim: u64,
     pub problems: Vec<String>,
     /// Kernels not run, and why (not failures).
@@ -488,6 +491,7 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
         rpc_allocs: after_trim.rpc.allocs,
         rpc_frees: after_trim.rpc.frees,
         refusals: after_trim.region.refusals.iter().sum(),
+        relocations: after_trim.region.relocations,
         mapped_after_trim: after_trim.region.mapped_bytes,
         problems,
         skipped,
@@ -544,12 +548,14 @@ pub fn print(report: &StressReport) {
         );
     }
     println!(
-        "heap: peak mapped {}, peak in use {}, RPC {} allocs / {} frees, {} refusals, {} mapped after trim",
+        "heap: peak mapped {}, peak in use {}, RPC {} allocs / {} frees, {} refusals, {} granules \
+         moved, {} mapped after trim",
         bytes(report.peak_mapped_bytes),
         bytes(report.peak_in_use_bytes),
         report.rpc_allocs,
         report.rpc_frees,
         report.refusals,
+        report.relocations,
         bytes(report.mapped_after_trim)
     );
     for k in &report.skipped {
