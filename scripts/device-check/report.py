@@ -204,6 +204,31 @@ def rate(x):
     return f"{x:.0f} /s"
 
 
+def drift_table(drift):
+    """Markdown lines pairing each kernel's stress row at 10 and 300 rounds."""
+    short, long = drift.get(10) or {}, drift.get(300) or {}
+    if not short and not long:
+        return ["## drift: not run", ""]
+    md = ["## drift: 10 and 300 rounds per thread (RPC mode)", "",
+          "| kernel | rounds | allocs/s | ÷ 10 rounds | nulls | peak live | peak mapped | mapped ÷ live | problems |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    base = {k["kernel"]: k for k in short.get("kernels", [])}
+    for rounds, run in ((10, short), (300, long)):
+        for k in run.get("kernels", []):
+            b = base.get(k["kernel"])
+            aged = ratio(k["ops_per_second"], b["ops_per_second"]) if b and rounds != 10 else "-"
+            live, mapped = k.get("peak_live_bytes", 0), k.get("peak_mapped_bytes", 0)
+            md.append(f"| {k['kernel']} | {rounds} | {rate(k['ops_per_second'])} | {aged} | {k['nulls']} | "
+                      f"{live / 2**20:.0f} MiB | {mapped / 2**20:.0f} MiB | "
+                      f"{(mapped / live) if live else 0:.2f} | {'; '.join(k['problems'])} |")
+    for rounds, run in ((10, short), (300, long)):
+        if run:
+            md.append(f"\n{rounds} rounds: {'OK' if run.get('ok') else 'FAILED'}; {run.get('refusals', 0)} refusals, "
+                      f"{run.get('relocations', 0)} granules moved; " + "; ".join(run.get("problems", [])))
+    md.append("")
+    return md
+
+
 def main(out):
     out = Path(out)
     report = {
@@ -211,6 +236,7 @@ def main(out):
         "info": (out / "info.txt").read_text() if (out / "info.txt").exists() else None,
         "stress_rpc": load(out / "stress-rpc.json"),
         "stress_pool": load(out / "stress-pool.json"),
+        "drift": {rounds: load(out / f"drift-{rounds}.json") for rounds in (10, 300)},
         "bench": bench_rows(out),
         "baseline": lines(out / "baseline.jsonl"),
         # None when run.sh did not run Gallatin (not staged).
@@ -253,6 +279,8 @@ def main(out):
             md.append("")
             md.append("problems: " + "; ".join(s["problems"]))
         md.append("")
+
+    md += drift_table(report["drift"])
 
     cuda_peer = peer(report["baseline"], out / "baseline.err")
     gallatin = peer(report["gallatin"], out / "gallatin.err") if report["gallatin"] is not None else None

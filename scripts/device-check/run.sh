@@ -8,7 +8,8 @@
 #   OUT=/some/dir ./run.sh
 #
 # Runs every stress kernel at full scale (8 blocks per SM) in RPC and pool
-# modes, the benchmark cases, the CUDA C++ baseline (CUDA's own device malloc
+# modes, lifetimes and churn at 10 and 300 rounds (drift), the benchmark
+# cases, the CUDA C++ baseline (CUDA's own device malloc
 # with its heap raised to 8 GiB) and the atomics ceiling, the peer allocator
 # Gallatin through the same cases (when staged), and compute-sanitizer
 # memcheck on the VMM control program (when staged and compute-sanitizer is
@@ -29,7 +30,7 @@ SECONDS=0
 BUDGET=${BUDGET:-465}
 # STEPS: the steps to run (default all): a shorter check for a GPU session
 # that has little device time left, e.g. STEPS="stress bench gallatin".
-STEPS=${STEPS:-"stress bench baseline gallatin memcheck"}
+STEPS=${STEPS:-"stress drift bench baseline gallatin memcheck"}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # limited LIMIT CMD...: CMD under `timeout` with LIMIT seconds, or what is left
 # of the budget if that is less; 254 without running it when none is left.
@@ -69,6 +70,20 @@ echo "exit $?" >> "$OUT/stress-pool.err"
 step "stress (rpc)"
 limited 75 ./warpalloc --gpu stress --json > "$OUT/stress-rpc.json" 2> "$OUT/stress-rpc.err"
 echo "exit $?" >> "$OUT/stress-rpc.err"
+fi
+
+# Drift: the kernels whose speed and footprint aged on the first GPU run
+# (lifetimes 32x slower at 300 rounds than at 10; churn mapped the whole
+# reservation and got nulls), at 10 and at 300 rounds per thread. The
+# report pairs them: allocs/s at 300 ÷ at 10 (target ≥ 0.8), nulls, and
+# each kernel's peak mapped ÷ the peak of the bytes its threads held.
+if want drift; then
+for rounds in 10 300; do
+  step "drift: stress at $rounds rounds"
+  limited 90 ./warpalloc --gpu stress --kernels lifetimes --kernels churn --iterations "$rounds" --json \
+    > "$OUT/drift-$rounds.json" 2> "$OUT/drift-$rounds.err"
+  echo "exit $?" >> "$OUT/drift-$rounds.err"
+done
 fi
 
 if want bench; then
