@@ -11,18 +11,23 @@
 //! | no heap bound, or no memory | null (counted in the heap's error record) |
 //! | `free(null)` | nothing |
 //! | `free` of a block already free, or of a pointer into a freed slab or block | nothing; counted as a double free |
-//! | `free` of a pointer the heap never handed out (outside its region, a slab header, inside a large block) | nothing; counted as an invalid free |
+//! | `free` of a pointer the heap never handed out (outside its region, a slab header, inside a large block, into a block's middle) | nothing; counted as an invalid free |
 //! | `calloc(n, size)` with `n · size` overflowing | null |
 //! | `realloc(null, n)` | `malloc(n)` |
 //! | `realloc(p, 0)` | frees `p`, returns null |
 //! | `realloc(p, n)`, `n` at most `usable_size(p)`, no memory for a smaller block | `p` (it stays in place; a shrink never returns null) |
 //! | `realloc` of a pointer that is not a live allocation (never handed out, or freed) | null; counted as an invalid free; nothing freed |
-//! | `usable_size` of a pointer that is not a live allocation (a freed block included) | 0 |
+//! | `usable_size` of a pointer that is not a live allocation (a freed block, a pointer into a block's middle) | 0 |
 //!
-//! `free` of any address inside a live block frees that block (this is what
-//! lets over-aligned pointers from `aligned_alloc` free correctly). A double
-//! free is caught until the block is handed out again; after that it frees
-//! the new owner's block, as in every allocator without per-allocation tags.
+//! A pointer is an allocation's if it is a block's first byte, or — as
+//! `aligned_alloc` hands out for alignments above 4 KiB — that byte rounded
+//! up to the pointer's own alignment. `free(p + 8)` is an invalid free that
+//! frees nothing, so the `free(p)` after it is the real one. (A pointer into
+//! a block that such a rounding could have made, `p + 32` at a 64-byte
+//! boundary, is taken for one: without a tag per allocation no allocator can
+//! tell.) A double free is caught until the block is handed out again;
+//! after that it frees the new owner's block, as in every allocator without
+//! per-allocation tags.
 
 use core::alloc::{GlobalAlloc, Layout};
 

@@ -155,17 +155,28 @@ impl Slab {
         simt::syncwarp(group);
     }
 
-    /// The block index of `addr` in a slab of class `geo`, if `addr` lies in
-    /// a block's bytes.
+    /// The block index of `addr` in a slab of class `geo`, if `addr` is a
+    /// pointer the allocator may have handed out for that block: its first
+    /// byte, or — from `aligned_alloc` — the first byte rounded up to an
+    /// alignment, which is then `addr`'s own (its lowest set bit) and more
+    /// than `addr`'s distance into the block. What `free` accepts: any
+    /// other pointer into a block (`p + 8`) is an invalid free, which frees
+    /// nothing. (A pointer into a block that an alignment could have made —
+    /// `p + 32` at a 64-byte boundary — is taken for one: without a tag per
+    /// allocation, no allocator can tell.)
     #[inline(always)]
-    pub fn index_of(self, addr: u64, geo: Geometry) -> Option<u32> {
-        let offset = addr.checked_sub(self.0 + u64::from(geo.data))?;
-        // Within the slab, so the multiply is an exact division.
-        let offset = u32::try_from(offset)
-            .ok()
-            .filter(|&o| o < 1 << OFFSET_BITS)?;
-        let index = divide(offset, geo.magic);
-        (index < geo.usable).then_some(index)
+    pub fn freeable_index_of(self, addr: u64, geo: Geometry) -> Option<u32> {
+        // Below the blocks, the subtraction wraps past the range check.
+        let offset = addr.wrapping_sub(self.0 + u64::from(geo.data));
+        if offset >= 1 << OFFSET_BITS {
+            return None;
+        }
+        let index = divide(offset as u32, geo.magic);
+        let into = (offset as u32).wrapping_sub(index.wrapping_mul(geo.block));
+        // `addr`'s alignment, at most 2^31 (more than any block).
+        let low = addr as u32 | 1 << 31;
+        let align = low & low.wrapping_neg();
+        (index < geo.usable && into < align).then_some(index)
     }
 
     /// The address of block `index`.

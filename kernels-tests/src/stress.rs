@@ -519,13 +519,21 @@ kernel! {
             count(stats, 2, 1);
             return;
         }
-        // SAFETY: ours; the second and third frees are the bad input under
-        // test, which the allocator must survive without touching memory.
+        // SAFETY: ours; every free but the second is bad input under test,
+        // which the allocator must survive without touching memory: a
+        // pointer into the block's middle (an invalid free, which frees
+        // nothing: the block stays live and intact, and the free of `p`
+        // that follows is the real one; a `realloc` of it is refused, an
+        // invalid free too, and its usable size is 0), a double free, a
+        // pointer the heap never handed out.
         unsafe {
             write_pattern(p, 40, 7, 7);
-            free(p);
-            free(p);
             free(p.wrapping_add(8));
+            broken(!warpalloc_device::realloc(p.wrapping_add(8), 64).is_null());
+            broken(usable_size(p.wrapping_add(8)) != 0);
+            broken(usable_size(p) < 40 || !check_pattern(p, 40, 7, 7));
+            free(p);
+            free(p);
             free(core::ptr::with_exposed_provenance_mut(foreign as usize));
         }
         count(stats, 1, 1);

@@ -500,7 +500,9 @@ impl DeviceHeap {
 
     /// Frees `ptr` for each lane of `lane_mask` (all of which call this
     /// together). Null is a no-op; a double or invalid free changes nothing
-    /// and is counted.
+    /// and is counted — a pointer into a block's middle (not its start nor
+    /// its start aligned up, `Slab::freeable_index_of`), or into a large
+    /// block past its first byte, is an invalid free.
     #[inline(never)]
     pub fn deallocate(&self, lane_mask: u32, ptr: *mut u8) {
         let addr = ptr.expose_provenance() as u64;
@@ -569,7 +571,10 @@ impl DeviceHeap {
         // The group holds n references: the slab stays put.
         // SAFETY: live and referenced.
         let geo = unsafe { Slab(base).geometry() };
-        let index = geo.and_then(|g| Slab(base).index_of(addr, g));
+        // Only a pointer the block could have been handed out as (its
+        // start, or its start aligned up): `free(p + 8)` frees nothing (an
+        // invalid free), so the later `free(p)` is not a double free.
+        let index = geo.and_then(|g| Slab(base).freeable_index_of(addr, g));
         // SAFETY: a referenced live slab; `index_of` gives `i < usable`.
         let freed = unsafe { Slab(base).deallocate(uniform, index) };
         let blocks_freed = simt::ballot(uniform, freed).count_ones();
@@ -622,8 +627,11 @@ impl DeviceHeap {
                 let Some(geo) = (unsafe { Slab(base).geometry() }) else {
                     return 0;
                 };
-                match Slab(base).index_of(addr, geo) {
-                    // SAFETY: as above; `index_of` gives `i < usable`. A
+                // A pointer into a block's middle is no allocation (as for
+                // `free`): 0, and `realloc` refuses it rather than moving
+                // the block and failing to free it.
+                match Slab(base).freeable_index_of(addr, geo) {
+                    // SAFETY: as above; it gives `i < usable`. A
                     // block whose bit is clear was freed: not live.
                     Some(i) if unsafe { Slab(base).is_allocated(i) } => {
                         Slab(base).block_addr(i, geo) + u64::from(geo.block) - addr
