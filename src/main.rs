@@ -69,6 +69,39 @@ struct ScheduleArgs {
 }
 
 /// "8.6" as (8, 6).
+/// A byte count: digits with an optional unit, e.g. `67108864`, `64MiB`,
+/// `64 MiB`, `64M` (binary: K, M, G, T and KiB, MiB, GiB, TiB are powers of
+/// 1024; KB, MB, GB, TB powers of 1000; B or nothing: bytes).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (digits, unit) = trimmed.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text}: expected a number of bytes, such as 67108864 or 64MiB"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "{text}: unknown unit {other:?} (B, KiB, MiB, GiB, TiB or K, M, G, T: powers of \
+                 1024; KB, MB, GB, TB: powers of 1000)"
+            ));
+        }
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("{text}: too many bytes"))
+}
+
 fn parse_capability(text: &str) -> Result<(u32, u32), String> {
     let parse = |part: &str| part.parse::<u32>().ok();
     match text.split_once('.') {
@@ -105,8 +138,8 @@ enum Command {
     /// Run the stress kernels and check them: no corruption, no overlap, no
     /// lost memory. Exits non-zero on any failure.
     Stress {
-        /// Kernels to run (default: all).
-        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(KERNELS))]
+        /// Kernels to run (default: all), separated by commas or spaces.
+        #[arg(long, num_args = 1.., value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(KERNELS))]
         kernels: Vec<String>,
         /// Blocks (default: 8 per SM of the device; the emulated device has
         /// 2).
@@ -128,8 +161,8 @@ enum Command {
         /// mode, slabs mapped on demand).
         #[arg(long)]
         pool_slabs: Option<u32>,
-        /// Cap the heap's mapped memory (bytes).
-        #[arg(long)]
+        /// Cap the heap's mapped memory: bytes, or with a unit (64MiB, 2GiB).
+        #[arg(long, value_parser = parse_bytes)]
         limit: Option<u64>,
         /// Plant a stray write in one block in N of the `lifetimes` kernel, to
         /// see the run fail (0: never).
@@ -144,12 +177,13 @@ enum Command {
     /// Measure malloc+free pairs per second by size and thread count, mixed
     /// sizes, fragmentation and out-of-memory behaviour, RPC vs pool.
     Bench {
-        /// Request sizes (bytes).
-        #[arg(long, value_delimiter = ',', default_values_t = [4u32, 64, 1024, 8192])]
+        /// Request sizes (bytes), separated by commas or spaces.
+        #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [4u32, 64, 1024, 8192])]
         sizes: Vec<u32>,
         /// Thread counts (default: a quarter of the device's resident
-        /// threads, all of them, and four times as many).
-        #[arg(long, value_delimiter = ',')]
+        /// threads, all of them, and four times as many), separated by
+        /// commas or spaces.
+        #[arg(long, num_args = 1.., value_delimiter = ',')]
         threads: Vec<u32>,
         /// malloc+free rounds per thread.
         #[arg(long, default_value_t = 4)]
@@ -157,8 +191,8 @@ enum Command {
         /// Threads per block.
         #[arg(long, default_value_t = 256)]
         block: u32,
-        /// The cases to run (default: all).
-        #[arg(long, value_delimiter = ',', value_enum)]
+        /// The cases to run (default: all), separated by commas or spaces.
+        #[arg(long, num_args = 1.., value_delimiter = ',', value_enum)]
         cases: Vec<bench::Case>,
         /// Print the report as JSON.
         #[arg(long)]
@@ -333,4 +367,28 @@ fn info() -> Result<ExitCode, HostError> {
         Err(e) => println!("GPU: none ({e})"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_take_units() {
+        for (text, bytes) in [
+            ("67108864", 64 << 20),
+            ("64MiB", 64 << 20),
+            ("64 MiB", 64 << 20),
+            ("64m", 64 << 20),
+            ("2GiB", 2 << 30),
+            ("512K", 512 << 10),
+            ("3MB", 3_000_000),
+            ("7B", 7),
+        ] {
+            assert_eq!(parse_bytes(text), Ok(bytes), "{text}");
+        }
+        for bad in ["", "MiB", "64XB", "-1", "99999999999999TiB"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -405,3 +405,55 @@ fn bench_runs_the_cases_asked_for() {
         assert!(row.contains("requested: one block per thread"), "{row:?}");
     }
 }
+
+/// What the help says is what the parser takes: byte counts with units,
+/// lists separated by spaces as well as commas; a bad unit is an error that
+/// lists the units.
+#[test]
+fn units_and_space_separated_lists_are_accepted() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "size_sweep",
+        "resize",
+        "--limit",
+        "16MiB",
+        "--blocks",
+        "4",
+    ]);
+    assert!(ok && text.contains("stress: OK"), "{text}");
+    assert!(
+        text.contains("size_sweep") && text.contains("resize"),
+        "{text}"
+    );
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "bench",
+        "--sizes",
+        "16",
+        "32",
+        "--cases",
+        "alloc-free",
+        "--threads",
+        "64",
+        "--block",
+        "32",
+    ]);
+    assert!(ok, "{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("alloc_free"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(
+        rows[0].contains("16 B") && rows[1].contains("32 B"),
+        "{text}"
+    );
+    let (ok, text) = warpalloc(&["--simulator", "stress", "--limit", "64XB"]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("unknown unit") && text.contains("MiB"),
+        "{text}"
+    );
+}

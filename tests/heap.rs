@@ -178,6 +178,22 @@ fn a_small_limit_gives_nulls_and_refusals_not_crashes() {
     let held: u32 = read(&heap, &counts).iter().sum();
     assert_eq!(hs.live.live_allocations(), u64::from(held), "{:?}", hs.live);
     assert_eq!(hs.device.out_of_memory, s.nulls);
+    // The report a person reads names every figure and each refusal's
+    // reason.
+    let report = hs.to_string();
+    println!("{report}");
+    for said in [
+        format!("{} by the heap's limit", hs.region.refused(Refusal::Limit)),
+        format!("{} out-of-memory nulls", s.nulls),
+        format!(
+            "memory: {:.1} MiB mapped",
+            hs.region.mapped_bytes as f64 / (1 << 20) as f64
+        ),
+        format!("live: {} blocks", hs.live.live_blocks),
+        "0 double frees, 0 invalid frees".to_string(),
+    ] {
+        assert!(report.contains(&said), "{said:?} not in:\n{report}");
+    }
     run(
         &mut heap,
         &LaunchConfig::linear(4, 64).seed(5),
@@ -325,4 +341,115 @@ fn a_module_built_with_another_heap_layout_is_refused() {
         &edited_ptx(|l| l.replace("WARPALLOC_HEAP_LAYOUT", "SOMETHING_ELSE")),
         "no WARPALLOC_HEAP_LAYOUT",
     );
+}
+
+#[test]
+fn a_config_out_of_range_is_refused_with_its_range() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let cases: [(HeapConfig, &str); 7] = [
+        (
+            HeapConfig {
+                slots: 0,
+                ..HeapConfig::default()
+            },
+            "slots is 0; it must be 1..=32768",
+        ),
+        (
+            HeapConfig {
+                slots: 40_000,
+                ..HeapConfig::default()
+            },
+            "slots is 40000; it must be 1..=32768",
+        ),
+        (
+            HeapConfig {
+                ports: Some(0),
+                ..HeapConfig::default()
+            },
+            "ports is 0; it must be 1..=4096",
+        ),
+        (
+            HeapConfig {
+                ports: Some(5000),
+                ..HeapConfig::default()
+            },
+            "ports is 5000; it must be 1..=4096",
+        ),
+        (
+            HeapConfig {
+                reserve: Some(4096),
+                ..HeapConfig::default()
+            },
+            "reserve is 4096 bytes; it must be 2097152..=549755813888",
+        ),
+        (
+            HeapConfig {
+                limit: Some(1 << 20),
+                ..HeapConfig::default()
+            },
+            "limit is 1048576 bytes; it must be at least 2097152",
+        ),
+        (
+            HeapConfig {
+                mode: Mode::Pool { slabs: 9 },
+                limit: Some(8 * GRANULE),
+                ..HeapConfig::default()
+            },
+            "a pool of 9 slabs needs",
+        ),
+    ];
+    for (config, said) in cases {
+        let launcher = Launcher::new(support::PTX, Prefer::Simulator).expect("launcher");
+        match Heap::new(launcher, config) {
+            Err(e @ HostError::Config(_)) => {
+                let text = e.to_string();
+                assert!(text.contains(said), "{config:?}: {text}");
+            }
+            Err(e) => panic!("{config:?}: another error: {e}"),
+            Ok(_) => panic!("{config:?} was accepted"),
+        }
+    }
+    // The edges are accepted.
+    for config in [
+        HeapConfig {
+            slots: 1,
+            ports: Some(1),
+            ..HeapConfig::default()
+        },
+        HeapConfig {
+            slots: 32_768,
+            ports: Some(4096),
+            limit: Some(GRANULE),
+            ..HeapConfig::default()
+        },
+    ] {
+        let launcher = Launcher::new(support::PTX, Prefer::Simulator).expect("launcher");
+        assert!(Heap::new(launcher, config).is_ok(), "{config:?}");
+    }
+}
+
+#[test]
+fn a_pool_the_device_cannot_map_is_refused_at_attach() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    // The emulated device's memory is far below 100 000 slabs (195 GiB);
+    // within the reserve and with no limit, only the mapping can say so.
+    let launcher = Launcher::new(support::PTX, Prefer::Simulator).expect("launcher");
+    let device_memory = launcher.device().info().total_memory;
+    let slabs = (device_memory / GRANULE + 1) as u32;
+    let config = HeapConfig {
+        mode: Mode::Pool { slabs },
+        reserve: Some(2 * (u64::from(slabs) + 1) * GRANULE),
+        ..HeapConfig::default()
+    };
+    match Heap::new(launcher, config) {
+        Err(e @ HostError::Config(_)) => {
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("a pool of {slabs} slabs: the region mapped")),
+                "{text}"
+            );
+        }
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("a pool larger than the device was accepted"),
+    }
 }

@@ -65,6 +65,9 @@ pub enum HostError {
     /// The RPC server thread could not be started.
     #[error("could not start the RPC server thread: {0}")]
     Server(std::io::Error),
+    /// A `HeapConfig` field out of its range: the heap was not made.
+    #[error("invalid HeapConfig: {0}")]
+    Config(String),
     /// The module's device heap has another layout than this program's
     /// `DeviceHeap`: they were built from different warpalloc sources.
     #[error(

@@ -60,11 +60,11 @@ use warpalloc_device::DeviceHeap;
 use warpalloc_device::abi::{
     ConfigValues, Errors, HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout, ProviderKind, Traffic,
 };
-use warpalloc_device::heap::{Census, LAYOUT, MAX_SLOTS, SlabMemory};
+use warpalloc_device::heap::{Census, LAYOUT, MAX_REGION, MAX_SLOTS, SlabMemory};
 use warpalloc_device::registry;
 use warpalloc_device::rpc::wire::{self, Port, Reply, Request};
 
-use crate::backing::{Backing, GRANULE, Region, RegionConfig, RegionStats};
+use crate::backing::{Backing, GRANULE, Refusal, Region, RegionConfig, RegionStats};
 use crate::device::{
     Allocation, AsDevice, AsModule, Device, Global, HostMapping, Launch, LaunchReport, Module,
 };
@@ -101,6 +101,60 @@ pub struct HeapConfig {
     /// RPC ports (default: one per resident warp of the device, at most
     /// 4096; 32 on the emulated device).
     pub ports: Option<u32>,
+}
+
+impl HeapConfig {
+    /// `Ok` if every field is in its range, else the first that is not,
+    /// with the range: [`Heap::attach`] and [`Heap::new`] refuse such a
+    /// configuration (nothing is clamped: a slot table of 0 would fail
+    /// every malloc, one of 40 000 would quietly be 32 768).
+    pub fn validate(&self) -> Result<(), HostError> {
+        let bad = |what: String| Err(HostError::Config(what));
+        if self.slots == 0 || self.slots as usize > MAX_SLOTS {
+            return bad(format!(
+                "slots is {}; it must be 1..={MAX_SLOTS} (the default is {MAX_SLOTS})",
+                self.slots
+            ));
+        }
+        if let Some(ports) = self.ports
+            && (ports == 0 || ports as usize > wire::MAX_PORTS)
+        {
+            return bad(format!(
+                "ports is {ports}; it must be 1..={} (None: one per resident warp)",
+                wire::MAX_PORTS
+            ));
+        }
+        if let Some(reserve) = self.reserve
+            && !(GRANULE..=MAX_REGION).contains(&reserve)
+        {
+            return bad(format!(
+                "reserve is {reserve} bytes; it must be {GRANULE}..={MAX_REGION} (one 2 MiB \
+                 granule to 512 GiB; None: twice the device's memory)"
+            ));
+        }
+        if let Some(limit) = self.limit
+            && limit < GRANULE
+        {
+            return bad(format!(
+                "limit is {limit} bytes; it must be at least {GRANULE} (one 2 MiB granule: no \
+                 slab fits in less; None: no limit but the device's)"
+            ));
+        }
+        if let Mode::Pool { slabs } = self.mode {
+            let room = self
+                .limit
+                .unwrap_or(u64::MAX)
+                .min(self.reserve.unwrap_or(u64::MAX));
+            if u64::from(slabs).saturating_mul(GRANULE) > room {
+                return bad(format!(
+                    "a pool of {slabs} slabs needs {} bytes, more than the reserve or limit \
+                     ({room} bytes)",
+                    u64::from(slabs) * GRANULE
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for HeapConfig {
@@ -143,6 +197,88 @@ pub struct HeapStats {
     pub live: Census,
     /// Requests the RPC server answered for this heap.
     pub rpc: RpcCounts,
+}
+
+/// Bytes for people: B, KiB, MiB, GiB with one decimal.
+fn bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    UNITS.iter().find(|&&(_, size)| n >= size).map_or_else(
+        || format!("{n} B"),
+        |&(unit, size)| format!("{:.1} {unit}", n as f64 / size as f64),
+    )
+}
+
+/// A report a person can read: every figure with its name, refusals by
+/// reason, sizes in bytes units.
+impl std::fmt::Display for HeapStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (r, l, t, d) = (&self.region, &self.live, &self.traffic, &self.device);
+        writeln!(
+            f,
+            "memory: {} mapped (peak {}), {} handed out to slabs and large blocks (peak {}), \
+             {} granules mapped and free, {} moved, {} old addresses awaiting trim",
+            bytes(r.mapped_bytes),
+            bytes(r.peak_mapped_bytes),
+            bytes(r.in_use_bytes),
+            bytes(r.peak_in_use_bytes),
+            r.free_mapped_granules,
+            r.relocations,
+            r.retired_granules
+        )?;
+        writeln!(
+            f,
+            "live: {} blocks ({}) in {} slabs, {} empty slabs, {} pooled; {} large blocks ({})",
+            l.live_blocks,
+            bytes(l.live_block_bytes),
+            l.live_slabs,
+            l.empty_slabs,
+            l.pool_slabs,
+            l.large_blocks,
+            bytes(l.large_bytes)
+        )?;
+        writeln!(
+            f,
+            "traffic: {} slabs from the provider, {} revived in place, {} taken over by \
+             another class, {} given back; {} large blocks allocated, {} freed",
+            t.slabs_from_provider,
+            t.slabs_revived,
+            t.slabs_reclaimed,
+            t.slabs_to_provider,
+            t.large_allocations,
+            t.large_frees
+        )?;
+        let refused: Vec<String> = Refusal::ALL
+            .iter()
+            .filter(|&&why| r.refused(why) != 0)
+            .map(|&why| format!("{} by {}", r.refused(why), why.name()))
+            .collect();
+        writeln!(
+            f,
+            "refusals: {}",
+            if refused.is_empty() {
+                "none".to_string()
+            } else {
+                refused.join(", ")
+            }
+        )?;
+        writeln!(
+            f,
+            "errors: {} out-of-memory nulls, {} double frees, {} invalid frees{}",
+            d.out_of_memory,
+            d.double_frees,
+            d.invalid_frees,
+            if d.first_bad_address != 0 {
+                format!(" (the first at {:#x})", d.first_bad_address)
+            } else {
+                String::new()
+            }
+        )?;
+        write!(
+            f,
+            "rpc: {} allocations, {} frees, {} pings served",
+            self.rpc.allocs, self.rpc.frees, self.rpc.pings
+        )
+    }
 }
 
 #[derive(Default)]
@@ -351,6 +487,7 @@ impl Heap {
         config: HeapConfig,
         launcher: Option<Launcher>,
     ) -> Result<Heap, HostError> {
+        config.validate()?;
         if LAYOUT.align > 256 {
             // `alloc_zeroed` aligns to 256 bytes on both devices.
             return Err(HostError::HeapLayout(format!(
@@ -361,8 +498,7 @@ impl Heap {
         let state = device.alloc_zeroed(size_of::<DeviceHeap>())?;
         let ports = config
             .ports
-            .unwrap_or_else(|| wire::port_count_for(device.info().resident_warps()))
-            .clamp(1, wire::MAX_PORTS as u32);
+            .unwrap_or_else(|| wire::port_count_for(device.info().resident_warps()));
         let mailbox = device.mapped_host(ports as usize * size_of::<Port>())?;
         let region: SharedRegion = Arc::new(Mutex::new(Region::new(
             device.backing()?,
@@ -392,11 +528,20 @@ impl Heap {
         });
         if let Mode::Pool { slabs } = config.mode {
             let mut region = lock(&region);
-            for _ in 0..slabs {
-                let Ok(slab) = region.allocate(GRANULE, GRANULE) else {
-                    break;
-                };
-                copy.pool_push(slab);
+            for mapped in 0..slabs {
+                match region.allocate(GRANULE, GRANULE) {
+                    Ok(slab) => {
+                        // A slab the region just handed out is its own.
+                        let pushed = copy.pool_push(slab);
+                        debug_assert!(pushed, "a region slab outside the region");
+                    }
+                    Err(why) => {
+                        return Err(HostError::Config(format!(
+                            "a pool of {slabs} slabs: the region mapped {mapped}, then refused \
+                             ({why:?}); ask for fewer, or raise the limit or the reserve"
+                        )));
+                    }
+                }
             }
         }
         // SAFETY: `state` is fresh device memory of `DeviceHeap`'s size that

@@ -101,6 +101,18 @@ impl Refusal {
     fn index(self) -> usize {
         self.status() as usize - 1
     }
+
+    /// What the refusal is, in words (for reports).
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::Limit => "the heap's limit",
+            Refusal::Headroom => "the device's headroom",
+            Refusal::NoAddressSpace => "no address space",
+            Refusal::Driver => "a driver error",
+            Refusal::InjectedFault => "an injected fault",
+            Refusal::BadRequest => "a bad request",
+        }
+    }
 }
 
 /// What a region has done.
