@@ -227,3 +227,29 @@ fn the_default_stream_is_one_stream_and_keeps_no_context_alive() {
         "the context outlived the program's last handle"
     );
 }
+
+/// Opening a GPU where there may be none is an error a user can read, never
+/// a panic: "no CUDA driver" without libcuda (CI), "no GPU" without a
+/// device; with one, a context.
+#[test]
+fn opening_a_gpu_without_one_is_an_error_not_a_panic() {
+    let opened = std::panic::catch_unwind(|| warpalloc::open_gpu(0));
+    let Ok(result) = opened else {
+        panic!("open_gpu panicked");
+    };
+    match result {
+        Ok(ctx) => assert_eq!(ctx.ordinal(), 0),
+        Err(e @ warpalloc::HostError::NoDriver) => {
+            assert!(!warpalloc::driver_present());
+            assert!(e.to_string().starts_with("no CUDA driver"), "{e}");
+        }
+        Err(e @ warpalloc::HostError::NoDevice(_)) => {
+            assert!(warpalloc::driver_present());
+            assert!(e.to_string().contains("sees no GPU"), "{e}");
+        }
+        Err(e) => panic!("an unexpected error: {e}"),
+    }
+    // An ordinal past every GPU is a plain error too.
+    let far = std::panic::catch_unwind(|| warpalloc::open_gpu(1 << 20));
+    assert!(matches!(far, Ok(Err(_))), "ordinal 2^20");
+}

@@ -26,6 +26,7 @@ mod launch;
 pub mod server;
 
 pub use cudarc;
+pub use device::{driver_present, open_gpu};
 pub use error::HostError;
 pub use heap::{Heap, HeapConfig, HeapStats, Mode, RpcCounts};
 pub use launch::{Buffer, Launcher, Prefer};

@@ -22,6 +22,10 @@ pub use warpalloc_host::{
     device, emulated, server,
 };
 
+/// GPU `n`'s context as a `Result` ("no CUDA driver" rather than cudarc's
+/// panic), and whether libcuda can be loaded at all.
+pub use warpalloc_host::{driver_present, open_gpu};
+
 /// What a heap attaches to and links (implemented for cudarc's
 /// `Arc<CudaContext>` and `Arc<CudaModule>`, and for the emulated ones).
 pub use warpalloc_host::device::{AsDevice, AsModule};

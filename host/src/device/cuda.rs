@@ -123,29 +123,38 @@ pub struct Cuda {
     info: DeviceInfo,
 }
 
+/// GPU `ordinal`'s (primary) context, as cudarc's `CudaContext::new` makes
+/// it — but an error, not a panic, when there is none: `NoDriver` when
+/// libcuda cannot be loaded (cudarc's own call panics then, listing every
+/// library name it tried), `NoDevice` when the driver sees no GPU or fewer
+/// than `ordinal + 1`. What a program that may run where no GPU is should
+/// call instead of `CudaContext::new(0)`.
+pub fn open_gpu(ordinal: usize) -> Result<Arc<CudaContext>, HostError> {
+    if !driver_present() {
+        return Err(HostError::NoDriver);
+    }
+    match guarded("cuInit", result::init) {
+        Err(HostError::Driver { source, .. })
+            if source.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE =>
+        {
+            return Err(HostError::NoDevice("cuInit: no CUDA-capable device".into()));
+        }
+        other => other?,
+    }
+    let count = guarded("cuDeviceGetCount", result::device::get_count)?;
+    if count <= 0 || ordinal >= count as usize {
+        return Err(HostError::NoDevice(format!(
+            "{count} device(s), asked for ordinal {ordinal}"
+        )));
+    }
+    guarded("cuDevicePrimaryCtxRetain", || CudaContext::new(ordinal))
+}
+
 impl Cuda {
-    /// Opens GPU `ordinal`: `NoDriver` without libcuda, `NoDevice` without
-    /// that GPU.
+    /// Opens GPU `ordinal` ([`open_gpu`]): `NoDriver` without libcuda,
+    /// `NoDevice` without that GPU.
     pub fn open(ordinal: usize) -> Result<Cuda, HostError> {
-        if !driver_present() {
-            return Err(HostError::NoDriver);
-        }
-        match guarded("cuInit", result::init) {
-            Err(HostError::Driver { source, .. })
-                if source.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE =>
-            {
-                return Err(HostError::NoDevice("cuInit: no CUDA-capable device".into()));
-            }
-            other => other?,
-        }
-        let count = guarded("cuDeviceGetCount", result::device::get_count)?;
-        if count <= 0 || ordinal >= count as usize {
-            return Err(HostError::NoDevice(format!(
-                "{count} device(s), asked for ordinal {ordinal}"
-            )));
-        }
-        let ctx = guarded("cuDevicePrimaryCtxRetain", || CudaContext::new(ordinal))?;
-        Cuda::from_context(ctx)
+        Cuda::from_context(open_gpu(ordinal)?)
     }
 
     /// The GPU of a context the program already has (the user's own

@@ -38,7 +38,7 @@ use warpalloc_sim::{LaunchConfig, LaunchStats, SimError};
 use crate::HostError;
 use crate::backing::Backing;
 
-pub use cuda::Cuda;
+pub use cuda::{Cuda, driver_present, open_gpu};
 pub use emulated::Emulated;
 
 /// A device address.

@@ -13,9 +13,10 @@ mod device {
     pub use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
     pub use cudarc::nvrtc::Ptx;
 
-    /// GPU 0.
+    /// GPU 0: "no CUDA driver" or "no GPU" as an error, where cudarc's
+    /// `CudaContext::new(0)` would panic.
     pub fn context() -> Result<std::sync::Arc<CudaContext>, Box<dyn std::error::Error>> {
-        Ok(CudaContext::new(0)?)
+        Ok(warpalloc::open_gpu(0)?)
     }
 }
 #[cfg(not(feature = "gpu"))]
