@@ -391,9 +391,10 @@ fn bad_input_is_refused_and_counted_without_corruption_on((major, minor): (u32, 
 }
 
 #[test]
-fn an_unbound_heap_gets_null() {
-    // A module no `Heap` configured: its WARPALLOC_HEAP is all zero, so
-    // malloc returns null and free does nothing, as on a GPU.
+fn a_kernel_of_an_unlinked_module_that_allocates_fails_its_launch() {
+    // A module no `Heap` linked: its WARPALLOC_HEAP is all zero. On a GPU
+    // its malloc returns null; the simulator, not more forgiving, fails the
+    // launch at the first allocation, naming the lane and the fix.
     let launcher = warpalloc_host::Launcher::new(
         warpalloc_tool::ptx::KERNELS_TESTS,
         warpalloc_host::Prefer::Simulator,
@@ -401,7 +402,7 @@ fn an_unbound_heap_gets_null() {
     .expect("launcher");
     let stats_buf = launcher.alloc_zeroed::<u64>(STATS_WORDS).expect("buffer");
     // SAFETY: `stats_buf` is sized for the kernel and outlives the launch.
-    unsafe {
+    let launched = unsafe {
         launcher.launch(
             (1, 1, 1),
             (32, 1, 1),
@@ -409,11 +410,17 @@ fn an_unbound_heap_gets_null() {
                 stats: stats_buf.kernel_ptr(),
             },
         )
-    }
-    .expect("launch");
-    let words = launcher.read(&stats_buf).expect("read");
-    let s = Stats::from_words(&words);
-    assert_eq!((s.allocs, s.nulls), (0, 32), "{s:?}");
+    };
+    let Err(e) = launched else {
+        panic!("an unlinked module's kernel allocated");
+    };
+    let text = e.to_string();
+    assert!(text.contains("heap.link(&module)"), "{text}");
+    assert!(text.contains("no heap serves its module"), "{text}");
+    assert!(
+        text.contains("block (0, 0, 0)") || text.contains("block"),
+        "{text}"
+    );
 }
 
 #[test]

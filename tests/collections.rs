@@ -96,3 +96,52 @@ fn a_heap_pointer_freed_on_the_host_goes_back_to_its_heap() {
     assert_eq!(h.live.live_allocations(), 0, "{:?}", h.live);
     assert_eq!(h.device.invalid_frees + h.device.double_frees, 0);
 }
+
+/// A kernel whose `Vec` asks the global allocator while no heap serves its
+/// module ends the program — as a GPU's trap would — after saying which
+/// lane and what to do; before, `Vec` quietly took system memory and the
+/// program printed "ok". Run in a child process: this test binary, asked
+/// for this test with an environment variable set.
+#[test]
+fn a_vec_in_a_kernel_of_an_unlinked_module_ends_the_program_naming_the_fix() {
+    const CHILD: &str = "WARPALLOC_UNLINKED_CHILD";
+    const NAME: &str = "a_vec_in_a_kernel_of_an_unlinked_module_ends_the_program_naming_the_fix";
+    if std::env::var_os(CHILD).is_some() {
+        let launcher =
+            warpalloc_host::Launcher::new(support::PTX, warpalloc_host::Prefer::Simulator)
+                .expect("launcher");
+        let stats_buf = launcher.alloc_zeroed::<u64>(STATS_WORDS).expect("buffer");
+        // SAFETY: the stats buffer is sized for the kernel and outlives the
+        // launch.
+        let _ = unsafe {
+            launcher.launch(
+                (1, 1, 1),
+                (32, 1, 1),
+                collections::Args {
+                    stats: stats_buf.kernel_ptr(),
+                    n: 10,
+                },
+            )
+        };
+        println!("the child's launch returned");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the child went on: {stdout}\n{stderr}"
+    );
+    assert!(!stdout.contains("the child's launch returned"), "{stdout}");
+    assert!(
+        stderr.contains("asked the global allocator")
+            && stderr.contains("heap.link(&module)")
+            && stderr.contains("block (0, 0, 0) thread ("),
+        "{stderr}"
+    );
+}

@@ -8,7 +8,8 @@
 //! | call | result |
 //! |---|---|
 //! | `malloc(0)`, a size too large to round, `aligned_alloc` with a non-power-of-two alignment | null |
-//! | no heap bound, or no memory | null (counted in the heap's error record) |
+//! | no memory | null (counted in the heap's error record) |
+//! | no heap bound (the module not linked, or its heap dropped) | null on a GPU (`Vec`/`Box` trap); in the simulator the launch fails naming `heap.link(&module)` (`malloc`), or the program ends after saying so (`Vec`/`Box`) |
 //! | `free(null)` | nothing |
 //! | `free` of a block already free, or of a pointer into a freed slab or block | nothing; counted as a double free |
 //! | `free` of a pointer the heap never handed out (outside its region, a slab header, inside a large block, into a block's middle) | nothing; counted as an invalid free |
@@ -50,9 +51,35 @@ pub fn heap() -> Option<&'static DeviceHeap> {
     (address != 0).then(|| unsafe { &*core::ptr::with_exposed_provenance::<DeviceHeap>(address) })
 }
 
+/// What a simulated kernel that allocates with no heap is told: how to link
+/// its module (and what a GPU would do).
+#[cfg(not(target_arch = "nvptx64"))]
+pub const UNLINKED: &str = "a kernel allocated, but no heap serves its module: link the module \
+     to a heap before launching it (`let heap = warpalloc::Heap::attach(&ctx, \
+     HeapConfig::default())?; heap.link(&module)?;`) and keep the heap alive while the \
+     module's kernels run. On a GPU this module's malloc would return null and its Vec/Box \
+     trap.";
+
+/// A lane of a simulator launch allocated with no heap bound (its module
+/// not linked, or its heap dropped): the launch fails here with
+/// [`UNLINKED`] and the lane's place, rather than going on with nulls the
+/// user may never look at. On a GPU `malloc` returns null there and `Vec` or
+/// `Box` trap: the simulator is not more forgiving. Outside a launch
+/// (the host program itself) nothing happens.
+#[cfg(not(target_arch = "nvptx64"))]
+#[cold]
+#[inline(never)]
+fn unlinked_allocation() {
+    if warpalloc_sim::in_launch() {
+        panic!("{UNLINKED}");
+    }
+}
+
 /// `size` bytes, 16-byte aligned; null on failure (see the module docs).
 pub fn malloc(size: usize) -> *mut u8 {
     let Some(heap) = heap() else {
+        #[cfg(not(target_arch = "nvptx64"))]
+        unlinked_allocation();
         return core::ptr::null_mut();
     };
     heap.allocate(simt::activemask(), size as u64, 1)
@@ -61,6 +88,8 @@ pub fn malloc(size: usize) -> *mut u8 {
 /// `size` bytes aligned to `align` (any power of two); null on failure.
 pub fn aligned_alloc(align: usize, size: usize) -> *mut u8 {
     let Some(heap) = heap() else {
+        #[cfg(not(target_arch = "nvptx64"))]
+        unlinked_allocation();
         return core::ptr::null_mut();
     };
     heap.allocate(simt::activemask(), size as u64, align as u64)
@@ -103,6 +132,8 @@ pub unsafe fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
         return malloc(size);
     }
     let Some(heap) = heap() else {
+        #[cfg(not(target_arch = "nvptx64"))]
+        unlinked_allocation();
         return core::ptr::null_mut();
     };
     if size == 0 {
@@ -162,6 +193,17 @@ unsafe impl GlobalAlloc for WarpAlloc {
                 layout.size() as u64,
                 layout.align() as u64,
             ),
+            // A lane of a launch with no heap: null, which makes `Vec` or
+            // `Box` end the program as a GPU's trap would, after saying why
+            // (an allocator must not unwind, so no panic here). Not while
+            // the lane panics: the panic's own message and payload (an
+            // unlinked `malloc`'s, say) go to the system allocator, so that
+            // the launch reports it.
+            #[cfg(not(target_arch = "nvptx64"))]
+            None if warpalloc_sim::in_launch() && !std::thread::panicking() => {
+                report_unlinked(layout.size());
+                core::ptr::null_mut()
+            }
             #[cfg(not(target_arch = "nvptx64"))]
             // SAFETY: forwarded from our caller.
             None => unsafe { std::alloc::System.alloc(layout) },
@@ -186,6 +228,42 @@ unsafe impl GlobalAlloc for WarpAlloc {
             None => unsafe { std::alloc::System.dealloc(ptr, layout) },
         }
     }
+}
+
+/// Writes [`UNLINKED`] and the lane's place to stderr without allocating
+/// (it runs inside the global allocator): a stack buffer, one write.
+#[cfg(not(target_arch = "nvptx64"))]
+#[cold]
+fn report_unlinked(bytes: usize) {
+    use core::fmt::Write as _;
+    use std::io::Write as _;
+
+    /// A fixed buffer that `write!` fills and truncates.
+    struct Line {
+        bytes: [u8; 1024],
+        len: usize,
+    }
+    impl core::fmt::Write for Line {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let room = self.bytes.len() - self.len;
+            let n = s.len().min(room);
+            self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+            self.len += n;
+            Ok(())
+        }
+    }
+    let mut line = Line {
+        bytes: [0; 1024],
+        len: 0,
+    };
+    let (b, t) = (warpalloc_sim::block_idx(), warpalloc_sim::thread_idx());
+    let _ = writeln!(
+        line,
+        "warpalloc: block ({}, {}, {}) thread ({}, {}, {}) asked the global allocator for {bytes} \
+         bytes: {UNLINKED}",
+        b.0, b.1, b.2, t.0, t.1, t.2
+    );
+    let _ = std::io::stderr().write_all(&line.bytes[..line.len]);
 }
 
 /// C-ABI exports for kernels written in or linking C (`--features c-abi`):

@@ -52,7 +52,17 @@ fn run_kernel(kernel: KernelRef) -> LaneOutcome {
     match catch_unwind(AssertUnwindSafe(kernel)) {
         Ok(()) => Ok(()),
         Err(payload) if payload.is::<AbortLane>() => resume_unwind(payload),
-        Err(payload) => Err(panic_message(payload.as_ref())),
+        Err(payload) => {
+            // The kernel is over: the message is the simulator's work, not
+            // the lane's, so it runs with no lane installed (a program whose
+            // global allocator serves lanes from a heap, `WarpAlloc`, sends
+            // it to the system allocator).
+            let lane = lane::set_current(None);
+            let message = panic_message(payload.as_ref());
+            drop(payload);
+            lane::set_current(lane);
+            Err(message)
+        }
     }
 }
 
