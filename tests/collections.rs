@@ -19,6 +19,11 @@ use warpalloc_kernels_tests::stress::STATS_WORDS;
 static GLOBAL: WarpAlloc = WarpAlloc;
 
 #[test]
+fn warpalloc_knows_it_is_the_global_allocator() {
+    assert!(warpalloc::is_global_allocator());
+}
+
+#[test]
 fn collections_grow_through_the_global_allocator() {
     for seed in seeds(0xb0c5u64, 3) {
         let mut heap = support::heap_with(HeapConfig {

@@ -453,3 +453,35 @@ fn a_pool_the_device_cannot_map_is_refused_at_attach() {
         Ok(_) => panic!("a pool larger than the device was accepted"),
     }
 }
+
+/// This test binary's global allocator is the system's: linking a module
+/// on the emulated device says so once, with the two lines to add (in a
+/// child process, whose stderr the test reads).
+#[test]
+fn a_program_without_warpalloc_as_its_allocator_is_told_the_two_lines() {
+    const CHILD: &str = "WARPALLOC_NOT_GLOBAL_CHILD";
+    const NAME: &str = "a_program_without_warpalloc_as_its_allocator_is_told_the_two_lines";
+    assert!(!warpalloc::is_global_allocator());
+    if std::env::var_os(CHILD).is_some() {
+        let _first = heap_with(HeapConfig::default());
+        let _second = heap_with(HeapConfig::default());
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .expect("run the child");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("is not warpalloc::WarpAlloc").count(),
+        1,
+        "said once for two links: {stderr}"
+    );
+    assert!(
+        stderr.contains("#[global_allocator]")
+            && stderr.contains("static GLOBAL: warpalloc::WarpAlloc = warpalloc::WarpAlloc;"),
+        "{stderr}"
+    );
+}

@@ -187,6 +187,10 @@ pub struct WarpAlloc;
 // live, and are freed by the allocator that made them.
 unsafe impl GlobalAlloc for WarpAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        #[cfg(not(target_arch = "nvptx64"))]
+        if !SERVED.load(core::sync::atomic::Ordering::Relaxed) {
+            SERVED.store(true, core::sync::atomic::Ordering::Relaxed);
+        }
         match heap() {
             Some(heap) => heap.allocate(
                 simt::activemask(),
@@ -228,6 +232,24 @@ unsafe impl GlobalAlloc for WarpAlloc {
             None => unsafe { std::alloc::System.dealloc(ptr, layout) },
         }
     }
+}
+
+/// Set once `WarpAlloc::alloc` has run: whether it is the program's global
+/// allocator (host builds).
+#[cfg(not(target_arch = "nvptx64"))]
+static SERVED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether this program's `#[global_allocator]` is [`WarpAlloc`] (host
+/// builds): a probe allocation reaches it or not. In the simulator, kernels'
+/// `Vec`, `Box` and `String` use the program's global allocator; only
+/// `WarpAlloc` sends them to the launch's heap (another allocator would
+/// quietly serve them from host memory, where a GPU uses the heap).
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn is_global_allocator() -> bool {
+    if !SERVED.load(core::sync::atomic::Ordering::Relaxed) {
+        drop(core::hint::black_box(std::boxed::Box::new(0u8)));
+    }
+    SERVED.load(core::sync::atomic::Ordering::Relaxed)
 }
 
 /// Writes [`UNLINKED`] and the lane's place to stderr without allocating

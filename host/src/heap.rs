@@ -199,6 +199,23 @@ pub struct HeapStats {
     pub rpc: RpcCounts,
 }
 
+/// What a program whose global allocator is not `WarpAlloc` is told, once,
+/// when it links a module on the emulated device.
+pub const NOT_WARPALLOC: &str = "warpalloc: this program's #[global_allocator] is not \
+     warpalloc::WarpAlloc, so in the simulator its kernels' Vec, Box and String take host memory \
+     instead of the heap's (on a GPU they use the heap). If the kernels use them, add these two \
+     lines to the host program:\n    #[global_allocator]\n    static GLOBAL: warpalloc::WarpAlloc = \
+     warpalloc::WarpAlloc;";
+
+/// Says [`NOT_WARPALLOC`] on stderr, once a process, unless the program's
+/// global allocator is `WarpAlloc`.
+fn warn_if_not_warpalloc() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if !warpalloc_device::is_global_allocator() {
+        WARNED.call_once(|| eprintln!("{NOT_WARPALLOC}"));
+    }
+}
+
 /// Bytes for people: B, KiB, MiB, GiB with one decimal.
 fn bytes(n: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
@@ -595,6 +612,9 @@ impl Heap {
         }
         write_link(&*self.device, global, self.state.addr())?;
         links.push(module);
+        if self.device.info().emulated {
+            warn_if_not_warpalloc();
+        }
         Ok(())
     }
 

@@ -28,5 +28,5 @@ pub mod server;
 pub use cudarc;
 pub use device::{driver_present, open_gpu};
 pub use error::HostError;
-pub use heap::{Heap, HeapConfig, HeapStats, Mode, RpcCounts};
+pub use heap::{Heap, HeapConfig, HeapStats, Mode, NOT_WARPALLOC, RpcCounts};
 pub use launch::{Buffer, Launcher, Prefer};

@@ -26,6 +26,13 @@ pub use warpalloc_host::{
 /// panic), and whether libcuda can be loaded at all.
 pub use warpalloc_host::{driver_present, open_gpu};
 
+/// Whether this program's `#[global_allocator]` is `WarpAlloc` (in the
+/// simulator only then do kernels' `Vec`/`Box` use the heap; a program that
+/// links a module on the emulated device without it is told so once, on
+/// stderr: [`NOT_WARPALLOC`]).
+pub use warpalloc_device::is_global_allocator;
+pub use warpalloc_host::NOT_WARPALLOC;
+
 /// What a heap attaches to and links (implemented for cudarc's
 /// `Arc<CudaContext>` and `Arc<CudaModule>`, and for the emulated ones).
 pub use warpalloc_host::device::{AsDevice, AsModule};
