@@ -146,7 +146,52 @@ fn a_vec_in_a_kernel_of_an_unlinked_module_ends_the_program_naming_the_fix() {
     assert!(
         stderr.contains("asked the global allocator")
             && stderr.contains("heap.link(&module)")
-            && stderr.contains("block (0, 0, 0) thread ("),
+            && stderr.contains("kernel `collections`, block (0, 0, 0) thread ("),
+        "{stderr}"
+    );
+}
+
+/// A kernel's `Vec` that outgrows a heap's limit ends the program — as a
+/// GPU's trap would — after naming the kernel, the lane, the fix and the
+/// heap's counters (in a child process, whose stderr the test reads).
+#[test]
+fn a_vec_past_the_heap_s_limit_ends_the_program_naming_kernel_lane_and_fix() {
+    const CHILD: &str = "WARPALLOC_OOM_CHILD";
+    const NAME: &str = "a_vec_past_the_heap_s_limit_ends_the_program_naming_kernel_lane_and_fix";
+    if std::env::var_os(CHILD).is_some() {
+        let mut heap = support::heap_with(HeapConfig {
+            limit: Some(4 << 20),
+            slots: 64,
+            ..HeapConfig::default()
+        });
+        let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+        run(
+            &mut heap,
+            &LaunchConfig::linear(4, 64).seed(1),
+            collections::Args {
+                stats: stats_buf.kernel_ptr(),
+                n: 100_000,
+            },
+        );
+        println!("the child's launch returned");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the child went on: {stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("warpalloc: kernel `collections`, block (")
+            && stderr.contains("the heap has no memory for it")
+            && stderr.contains("HeapConfig::limit")
+            && stderr.contains("out_of_memory"),
         "{stderr}"
     );
 }

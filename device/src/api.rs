@@ -71,7 +71,7 @@ pub const UNLINKED: &str = "a kernel allocated, but no heap serves its module: l
 #[inline(never)]
 fn unlinked_allocation() {
     if warpalloc_sim::in_launch() {
-        panic!("{UNLINKED}");
+        panic!("kernel `{}`: {UNLINKED}", warpalloc_sim::kernel_name());
     }
 }
 
@@ -192,11 +192,20 @@ unsafe impl GlobalAlloc for WarpAlloc {
             SERVED.store(true, core::sync::atomic::Ordering::Relaxed);
         }
         match heap() {
-            Some(heap) => heap.allocate(
-                simt::activemask(),
-                layout.size() as u64,
-                layout.align() as u64,
-            ),
+            Some(heap) => {
+                let ptr = heap.allocate(
+                    simt::activemask(),
+                    layout.size() as u64,
+                    layout.align() as u64,
+                );
+                // `Vec`/`Box` end the program on null: say where and why
+                // first (the simulator's lanes only; a GPU traps).
+                #[cfg(not(target_arch = "nvptx64"))]
+                if ptr.is_null() && warpalloc_sim::in_launch() && !std::thread::panicking() {
+                    report(layout.size(), Some(heap));
+                }
+                ptr
+            }
             // A lane of a launch with no heap: null, which makes `Vec` or
             // `Box` end the program as a GPU's trap would, after saying why
             // (an allocator must not unwind, so no panic here). Not while
@@ -205,7 +214,7 @@ unsafe impl GlobalAlloc for WarpAlloc {
             // the launch reports it.
             #[cfg(not(target_arch = "nvptx64"))]
             None if warpalloc_sim::in_launch() && !std::thread::panicking() => {
-                report_unlinked(layout.size());
+                report(layout.size(), None);
                 core::ptr::null_mut()
             }
             #[cfg(not(target_arch = "nvptx64"))]
@@ -252,17 +261,19 @@ pub fn is_global_allocator() -> bool {
     SERVED.load(core::sync::atomic::Ordering::Relaxed)
 }
 
-/// Writes [`UNLINKED`] and the lane's place to stderr without allocating
-/// (it runs inside the global allocator): a stack buffer, one write.
+/// Writes why a lane's global allocation got null — no heap ([`UNLINKED`]),
+/// or no memory in `heap` (its counters) — with the kernel and the lane, to
+/// stderr without allocating (it runs inside the global allocator): a stack
+/// buffer, one write. `Vec`/`Box` end the program next, as a GPU traps.
 #[cfg(not(target_arch = "nvptx64"))]
 #[cold]
-fn report_unlinked(bytes: usize) {
+fn report(bytes: usize, heap: Option<&DeviceHeap>) {
     use core::fmt::Write as _;
     use std::io::Write as _;
 
     /// A fixed buffer that `write!` fills and truncates.
     struct Line {
-        bytes: [u8; 1024],
+        bytes: [u8; 1536],
         len: usize,
     }
     impl core::fmt::Write for Line {
@@ -275,16 +286,34 @@ fn report_unlinked(bytes: usize) {
         }
     }
     let mut line = Line {
-        bytes: [0; 1024],
+        bytes: [0; 1536],
         len: 0,
     };
     let (b, t) = (warpalloc_sim::block_idx(), warpalloc_sim::thread_idx());
-    let _ = writeln!(
+    let _ = write!(
         line,
-        "warpalloc: block ({}, {}, {}) thread ({}, {}, {}) asked the global allocator for {bytes} \
-         bytes: {UNLINKED}",
-        b.0, b.1, b.2, t.0, t.1, t.2
+        "warpalloc: kernel `{}`, block ({}, {}, {}) thread ({}, {}, {}) asked the global \
+         allocator for {bytes} bytes: ",
+        warpalloc_sim::kernel_name(),
+        b.0,
+        b.1,
+        b.2,
+        t.0,
+        t.1,
+        t.2
     );
+    let _ = match heap {
+        None => writeln!(line, "{UNLINKED}"),
+        Some(heap) => writeln!(
+            line,
+            "the heap has no memory for it (its limit, the device's memory, or a pool run dry), \
+             so Vec/Box end the program here, as they would trap on a GPU. Raise \
+             HeapConfig::limit (or the pool's slabs), free earlier, or use try_reserve and \
+             handle the error. The heap so far: {:?}; {:?}.",
+            heap.errors(),
+            heap.traffic()
+        ),
+    };
     let _ = std::io::stderr().write_all(&line.bytes[..line.len]);
 }
 

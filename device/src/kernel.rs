@@ -68,9 +68,11 @@ pub trait Kernel: Copy + Send + Sync {
         self,
         cfg: &warpalloc_sim::LaunchConfig,
     ) -> Result<warpalloc_sim::LaunchStats, warpalloc_sim::SimError> {
+        // The lanes know the kernel's name (for the messages that name it).
+        let cfg = cfg.clone().kernel(Self::NAME);
         // SAFETY: every lane runs the kernel with the parameters the caller
         // vouched for, during the launch, which ends before we return.
-        warpalloc_sim::launch(cfg, move || unsafe { self.run() })
+        warpalloc_sim::launch(&cfg, move || unsafe { self.run() })
     }
 }
 

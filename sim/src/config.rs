@@ -64,6 +64,9 @@ pub struct LaunchConfig {
     /// `watched_hottest`): a contention measurement; it costs a lock per
     /// read-modify-write, so it is off (`None`) unless asked for.
     pub watch: Option<(u64, u64)>,
+    /// The kernel's name, which lanes read with [`crate::kernel_name`] (for
+    /// messages that name the kernel; "" when not set).
+    pub kernel: &'static str,
 }
 
 /// The simulator's default [`LaunchConfig::capability`]: 9.0, the Hopper
@@ -94,6 +97,7 @@ impl LaunchConfig {
             binding: 0,
             capability: DEFAULT_CAPABILITY,
             watch: None,
+            kernel: "",
         }
     }
 
@@ -154,6 +158,12 @@ impl LaunchConfig {
     /// Sets the stack bytes per lane.
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = bytes;
+        self
+    }
+
+    /// Names the kernel the lanes run ([`crate::kernel_name`]).
+    pub fn kernel(mut self, name: &'static str) -> Self {
+        self.kernel = name;
         self
     }
 

@@ -116,6 +116,7 @@ pub(crate) struct LaneCtx {
     pub(crate) grid_dim: (u32, u32, u32),
     pub(crate) binding: usize,
     pub(crate) capability: (u32, u32),
+    pub(crate) kernel: &'static str,
     pub(crate) clock: Arc<Clock>,
     pub(crate) accesses: Arc<Accesses>,
 }
@@ -198,6 +199,12 @@ pub fn block_dim() -> (u32, u32, u32) {
 /// `gridDim` as (x, y, z).
 pub fn grid_dim() -> (u32, u32, u32) {
     with_ctx(|c| c.grid_dim).unwrap_or((1, 1, 1))
+}
+
+/// The name of the kernel the calling lane runs
+/// ([`crate::LaunchConfig::kernel`]); "" outside a launch or when not set.
+pub fn kernel_name() -> &'static str {
+    with_ctx(|c| c.kernel).unwrap_or("")
 }
 
 /// The launch's binding word (see [`crate::LaunchConfig::binding`]); 0

@@ -329,6 +329,7 @@ impl<'a> Worker<'a> {
                     grid_dim: cfg.grid_dim,
                     binding: cfg.binding,
                     capability: cfg.capability,
+                    kernel: cfg.kernel,
                     clock: Arc::clone(&self.clock),
                     accesses: Arc::clone(&self.accesses),
                 });
