@@ -68,7 +68,6 @@ struct ScheduleArgs {
     watchdog: Option<u64>,
 }
 
-/// "8.6" as (8, 6).
 /// A byte count: digits with an optional unit, e.g. `67108864`, `64MiB`,
 /// `64 MiB`, `64M` (binary: K, M, G, T and KiB, MiB, GiB, TiB are powers of
 /// 1024; KB, MB, GB, TB powers of 1000; B or nothing: bytes).
@@ -102,6 +101,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text}: too many bytes"))
 }
 
+/// "8.6" as (8, 6).
 fn parse_capability(text: &str) -> Result<(u32, u32), String> {
     let parse = |part: &str| part.parse::<u32>().ok();
     match text.split_once('.') {
@@ -137,6 +137,17 @@ impl ScheduleArgs {
 enum Command {
     /// Run the stress kernels and check them: no corruption, no overlap, no
     /// lost memory. Exits non-zero on any failure.
+    ///
+    /// Columns: `allocs` successful allocations; `nulls` allocations that got
+    /// null (a failure unless memory is capped); `corrupt` blocks whose
+    /// owner-tagged pattern did not read back at free; `broken` promises
+    /// broken (a block misaligned or smaller than asked, a bad-input call
+    /// that did not return its defined result); `traffic` slabs the heap put
+    /// to use and large blocks it handed out for the kernel (0 means
+    /// warpalloc served none of its allocations); `peak live` the most bytes
+    /// the kernel's threads held at once; `peak mapped` the heap's most
+    /// mapped memory during the kernel; `÷` the two's ratio; `allocs/s`
+    /// allocations per second of the kernel's launch.
     Stress {
         /// Kernels to run (default: all), separated by commas or spaces.
         #[arg(long, num_args = 1.., value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(KERNELS))]
@@ -176,6 +187,13 @@ enum Command {
     },
     /// Measure malloc+free pairs per second by size and thread count, mixed
     /// sizes, fragmentation and out-of-memory behaviour, RPC vs pool.
+    ///
+    /// Columns: `cold pairs` malloc+free pairs per second of a fresh heap's
+    /// first launch, `warm pairs` of the same launch again; `nulls`
+    /// allocations that got null; `peak map` the heap's most mapped memory;
+    /// `map/req` that ÷ the bytes requested at the peak (1.0: no overhead);
+    /// `sim steps/rmw/sys` in the simulator, scheduling steps, atomic
+    /// read-modify-writes and system-scope accesses per pair.
     Bench {
         /// Request sizes (bytes), separated by commas or spaces.
         #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [4u32, 64, 1024, 8192])]
@@ -238,7 +256,8 @@ fn main() -> ExitCode {
             json,
             schedule,
         } => (|| {
-            let mut heap = open_heap(prefer, heap_config(pool_slabs, limit), schedule.schedule())?;
+            let schedule = schedule.schedule();
+            let mut heap = open_heap(prefer, heap_config(pool_slabs, limit), schedule)?;
             let sms = launcher(&heap).info().multiprocessors;
             let args = StressArgs {
                 kernels: if kernels.is_empty() {
@@ -253,9 +272,11 @@ fn main() -> ExitCode {
                 large_one_in,
                 seed: schedule.seed as u32,
                 plant_corruption,
+                limit,
+                pool_slabs,
                 capped: pool_slabs.is_some() || limit.is_some(),
             };
-            let report = stress::stress(&mut heap, &args, !json)?;
+            let report = stress::stress(&mut heap, &args, schedule.settings(), !json)?;
             if json {
                 println!(
                     "{}",

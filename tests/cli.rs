@@ -324,11 +324,47 @@ fn stress_json_is_machine_readable() {
         "2",
         "--threads",
         "64",
+        "--seed",
+        "7",
+        "--workers",
+        "1",
         "--json",
     ]);
     assert!(ok, "{text}");
     assert!(
         text.trim_start().starts_with('{') && text.contains("\"ok\": true"),
+        "{text}"
+    );
+    // The run's settings: enough to replay it.
+    for said in [
+        "\"seed\": 7",
+        "\"simulator_workers\": 1",
+        "\"simulator_convergence\": \"converged\"",
+        "\"simulator_capability\": \"9.0\"",
+        "\"iterations\": 10",
+        "\"blocks\": 2",
+        "\"command_line\"",
+        "\"mode\": \"rpc\"",
+    ] {
+        assert!(text.contains(said), "{said} not in {text}");
+    }
+}
+
+/// Where stderr is a log, not a terminal (CI), stress prints a line per
+/// finished kernel instead of a progress bar.
+#[test]
+fn stress_prints_a_line_per_kernel_in_a_log() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "size_sweep,aligned",
+        "--blocks",
+        "1",
+    ]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("stress: size_sweep ok in") && text.contains("stress: aligned ok in"),
         "{text}"
     );
 }

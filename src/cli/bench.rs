@@ -13,12 +13,12 @@ use warpalloc_kernels_tests::stress::{
 };
 
 use super::common::{
-    Schedule, buffer, bytes, launch, launch_report, launcher, mode_name, open_heap, rate, read,
-    read_stats, target_name,
+    Schedule, Settings, buffer, bytes, launch, launch_report, launcher, mode_name, open_heap, rate,
+    read, read_stats, target_name,
 };
 
 /// What `bench` measures.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct BenchArgs {
     pub sizes: Vec<u32>,
     pub threads: Vec<u32>,
@@ -29,7 +29,8 @@ pub struct BenchArgs {
 }
 
 /// A case of `bench`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Case {
     /// malloc+free pairs by size and thread count (RPC mode).
     AllocFree,
@@ -114,6 +115,10 @@ struct PerPair {
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
     pub target: String,
+    /// The command line and the simulator's schedule.
+    pub settings: Settings,
+    /// What was asked for: sizes, thread counts, rounds, block, cases.
+    pub args: BenchArgs,
     pub rows: Vec<Row>,
 }
 
@@ -513,7 +518,12 @@ pub fn bench(
         let row = fill_case(prefer, schedule, most, a.block, 64, Some(64 << 20));
         push(row, "out of memory", most, 16, 8192);
     }
-    Ok(BenchReport { target, rows })
+    Ok(BenchReport {
+        target,
+        settings: schedule.settings(),
+        args: a.clone(),
+        rows,
+    })
 }
 
 /// Prints the table's heading.

@@ -22,7 +22,36 @@ pub struct Schedule {
     pub watchdog: Option<Duration>,
 }
 
+/// A run's settings, as its JSON report records them: the command line and
+/// the simulator's schedule (the seed is also the kernels' own seed).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Settings {
+    pub command_line: Vec<String>,
+    pub seed: u64,
+    pub simulator_workers: usize,
+    pub simulator_convergence: &'static str,
+    /// MAJOR.MINOR, the architecture whose device paths the simulated lanes
+    /// take.
+    pub simulator_capability: String,
+    pub simulator_watchdog_seconds: Option<u64>,
+}
+
 impl Schedule {
+    /// This schedule and the process's command line, for a report.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            command_line: std::env::args().collect(),
+            seed: self.seed,
+            simulator_workers: self.workers,
+            simulator_convergence: match self.convergence {
+                Convergence::Converged => "converged",
+                Convergence::Random => "random",
+            },
+            simulator_capability: format!("{}.{}", self.capability.0, self.capability.1),
+            simulator_watchdog_seconds: self.watchdog.map(|d| d.as_secs()),
+        }
+    }
+
     /// Writes the schedule into a simulator launch configuration.
     pub fn apply(&self, cfg: &mut LaunchConfig) {
         cfg.seed = self.seed;

@@ -3,6 +3,7 @@
 //! (no overlap, no double or invalid free, every byte given back). A run that
 //! corrupts or loses memory fails with a non-zero exit status.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -16,7 +17,9 @@ use warpalloc_kernels_tests::stress::{
     resize, size_sweep,
 };
 
-use super::common::{buffer, bytes, launch, mode_name, rate, read, read_stats, target_name};
+use super::common::{
+    Settings, buffer, bytes, launch, mode_name, rate, read, read_stats, target_name,
+};
 
 /// The stress runs, by the name of the PTX kernel each is built around (a
 /// run may launch a helper kernel after it: `churn` drains its handoffs with
@@ -32,7 +35,7 @@ pub const KERNELS: &[&str] = &[
 ];
 
 /// What `stress` runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct StressArgs {
     pub kernels: Vec<String>,
     pub blocks: u32,
@@ -42,6 +45,10 @@ pub struct StressArgs {
     pub large_one_in: u32,
     pub seed: u32,
     pub plant_corruption: u32,
+    /// `--limit`: the heap's mapped memory capped at this many bytes.
+    pub limit: Option<u64>,
+    /// `--pool-slabs`: pool mode with this many slabs mapped before launch.
+    pub pool_slabs: Option<u32>,
     /// The heap's memory is capped (`--limit`, or pool mode's fixed slabs):
     /// a null is an answer then, not a failure, for every kernel.
     pub capped: bool,
@@ -79,6 +86,10 @@ pub struct KernelReport {
 pub struct StressReport {
     pub target: String,
     pub mode: String,
+    /// The command line and the simulator's schedule.
+    pub settings: Settings,
+    /// What ran: kernels, grid, rounds, sizes, the kernels' seed, caps.
+    pub args: StressArgs,
     pub kernels: Vec<KernelReport>,
     pub peak_mapped_bytes: u64,
     pub peak_in_use_bytes: u64,
@@ -323,7 +334,12 @@ fn run_resize(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
 }
 
 /// Runs the stress kernels on `heap` and reports; `progress` shows a bar.
-pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressReport, HostError> {
+pub fn stress(
+    heap: &mut Heap,
+    a: &StressArgs,
+    settings: Settings,
+    progress: bool,
+) -> Result<StressReport, HostError> {
     let bar = if progress {
         let bar = ProgressBar::new(a.kernels.len() as u64);
         bar.set_style(
@@ -453,6 +469,19 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
                 report.double_frees, report.invalid_frees
             ));
         }
+        if progress && !std::io::stderr().is_terminal() {
+            // No bar where stderr is a log (CI): a line per kernel instead.
+            eprintln!(
+                "stress: {} {} in {:.1} s",
+                report.kernel,
+                if report.problems.is_empty() {
+                    "ok"
+                } else {
+                    "FAILED"
+                },
+                report.seconds
+            );
+        }
         kernels.push(report);
         bar.inc(1);
     }
@@ -485,6 +514,8 @@ pub fn stress(heap: &mut Heap, a: &StressArgs, progress: bool) -> Result<StressR
     Ok(StressReport {
         target: target_name(heap),
         mode: mode_name(heap.mode()),
+        settings,
+        args: a.clone(),
         kernels,
         peak_mapped_bytes: run_peak.max(after_trim.region.peak_mapped_bytes),
         peak_in_use_bytes: run_peak_in_use.max(after_trim.region.peak_in_use_bytes),
