@@ -132,7 +132,7 @@ fn stress_on_the_sm75_paths_reports_ok() {
         "7.5",
     ]);
     assert!(ok, "{text}");
-    assert!(text.contains("compute capability 7.5"), "{text}");
+    assert!(text.contains("lanes as on sm_75"), "{text}");
     assert!(text.contains("stress: OK"), "{text}");
     let (ok, text) = warpalloc(&["--simulator", "stress", "--capability", "7.0"]);
     assert!(!ok && text.contains("oldest module is for 7.5"), "{text}");

@@ -63,7 +63,12 @@ impl Launcher {
                 Ok(gpu) => (Arc::new(gpu), None),
                 Err(why) => (
                     Arc::new(Emulated::new(emulated::DEFAULT_MEMORY)),
-                    Some(why.to_string()),
+                    // Short, for a report's header: the install hint is for
+                    // `--gpu`'s error.
+                    Some(match why {
+                        HostError::NoDriver => "no CUDA driver".to_string(),
+                        other => other.to_string(),
+                    }),
                 ),
             },
         };
@@ -191,7 +196,7 @@ impl fmt::Display for Launcher {
         write!(f, "{}, PTX for {}", self.device.info(), self.target)?;
         if self.device.info().emulated {
             let (major, minor) = self.sim.capability;
-            write!(f, ", lanes as on compute capability {major}.{minor}")?;
+            write!(f, ", lanes as on sm_{major}{minor}")?;
         }
         if let Some(why) = &self.why_not_gpu {
             write!(f, " (no GPU: {why})")?;

@@ -102,7 +102,7 @@ impl Emulated {
         Emulated {
             info: DeviceInfo {
                 ordinal: 0,
-                name: "CPU warp simulator (emulated device; CPU figures, not GPU speed)".into(),
+                name: "CPU warp simulator (CPU figures, not GPU speed)".into(),
                 compute_capability: (0, 0),
                 total_memory: memory,
                 // A small GPU's shape: 2 SMs of 512 threads, 32 resident
