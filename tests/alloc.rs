@@ -391,6 +391,23 @@ fn bad_input_is_refused_and_counted_without_corruption_on((major, minor): (u32, 
 }
 
 #[test]
+fn the_first_bad_free_is_recorded_with_its_block_and_thread() {
+    // Only thread 5 of block 2 frees something: a pointer the heap never
+    // handed out. The error record names it.
+    let mut heap = heap(64 * SLAB_SIZE, 64);
+    let foreign = buffer::<u64>(&heap, 4);
+    let mut ptrs = vec![0u64; 4 * 32];
+    ptrs[2 * 32 + 5] = foreign.kernel_ptr().addr() as u64 + 16;
+    free_counts(&mut heap, &LaunchConfig::linear(4, 32).seed(2), &ptrs);
+    let e = errors(&heap);
+    assert_eq!((e.invalid_frees, e.double_frees), (1, 0), "{e:?}");
+    assert_eq!(e.first_bad_address, ptrs[2 * 32 + 5], "{e:?}");
+    assert_eq!((e.first_bad_block, e.first_bad_thread), (2, 5), "{e:?}");
+    let said = heap.stats().expect("stats").to_string();
+    assert!(said.contains("by block 2 thread 5"), "{said}");
+}
+
+#[test]
 fn a_kernel_of_an_unlinked_module_that_allocates_fails_its_launch() {
     // A module no `Heap` linked: its WARPALLOC_HEAP is all zero. On a GPU
     // its malloc returns null; the simulator, not more forgiving, fails the

@@ -23,6 +23,7 @@
 //!
 //! [`DeviceHeap`]: crate::DeviceHeap
 
+use crate::simt;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The module global that links a module to its heap (a [`HeapLink`]).
@@ -167,6 +168,10 @@ pub struct ErrorRecord {
     pub(crate) invalid_frees: AtomicU64,
     pub(crate) out_of_memory: AtomicU64,
     pub(crate) first_bad_address: AtomicU64,
+    /// Where the first bad free ran: its block (linear) above 32 bits, its
+    /// thread in the block (linear) below; written by the lane whose
+    /// address became `first_bad_address`.
+    pub(crate) first_bad_place: AtomicU64,
 }
 
 /// A snapshot of an [`ErrorRecord`]. Prints the address in hex.
@@ -180,6 +185,10 @@ pub struct Errors {
     pub out_of_memory: u64,
     /// The first pointer of a bad free (0: none).
     pub first_bad_address: u64,
+    /// The block (linear index in the grid) of the first bad free.
+    pub first_bad_block: u32,
+    /// The thread (linear index in its block) of the first bad free.
+    pub first_bad_thread: u32,
 }
 
 impl core::fmt::Debug for Errors {
@@ -192,6 +201,8 @@ impl core::fmt::Debug for Errors {
                 "first_bad_address",
                 &format_args!("{:#x}", self.first_bad_address),
             )
+            .field("first_bad_block", &self.first_bad_block)
+            .field("first_bad_thread", &self.first_bad_thread)
             .finish()
     }
 }
@@ -204,7 +215,11 @@ impl core::fmt::Display for Errors {
             self.double_frees, self.invalid_frees, self.out_of_memory
         )?;
         if self.first_bad_address != 0 {
-            write!(f, ", first bad address {:#x}", self.first_bad_address)?;
+            write!(
+                f,
+                ", the first bad free of {:#x} by block {} thread {}",
+                self.first_bad_address, self.first_bad_block, self.first_bad_thread
+            )?;
         }
         Ok(())
     }
@@ -218,13 +233,18 @@ impl ErrorRecord {
             invalid_frees: AtomicU64::new(0),
             out_of_memory: AtomicU64::new(0),
             first_bad_address: AtomicU64::new(0),
+            first_bad_place: AtomicU64::new(0),
         }
     }
 
-    /// Counts a bad free of `addr` in `counter` and keeps the first address.
+    /// Counts a bad free of `addr` in `counter` and keeps the first address,
+    /// with the block and thread that freed it.
     pub(crate) fn record(&self, counter: &AtomicU64, addr: u64) {
         counter.fetch_add(1);
-        let _ = self.first_bad_address.compare_exchange(0, addr);
+        if self.first_bad_address.compare_exchange(0, addr).is_ok() {
+            let place = (simt::block_linear() << 32) | u64::from(simt::thread_linear());
+            self.first_bad_place.store(place, Ordering::Relaxed);
+        }
     }
 
     /// The counts now.
@@ -234,6 +254,8 @@ impl ErrorRecord {
             invalid_frees: self.invalid_frees.load(Ordering::Relaxed),
             out_of_memory: self.out_of_memory.load(Ordering::Relaxed),
             first_bad_address: self.first_bad_address.load(Ordering::Relaxed),
+            first_bad_block: (self.first_bad_place.load(Ordering::Relaxed) >> 32) as u32,
+            first_bad_thread: self.first_bad_place.load(Ordering::Relaxed) as u32,
         }
     }
 }
@@ -471,11 +493,14 @@ mod tests {
             invalid_frees: 2,
             out_of_memory: 0,
             first_bad_address: 0x7f00_0020_0010,
+            first_bad_block: 3,
+            first_bad_thread: 17,
         };
         assert!(format!("{e:?}").contains("first_bad_address: 0x7f0000200010"));
         assert_eq!(
             format!("{e}"),
-            "1 double frees, 2 invalid frees, 0 out-of-memory nulls, first bad address 0x7f0000200010"
+            "1 double frees, 2 invalid frees, 0 out-of-memory nulls, the first bad free of \
+             0x7f0000200010 by block 3 thread 17"
         );
     }
 }

@@ -285,7 +285,10 @@ impl std::fmt::Display for HeapStats {
             d.double_frees,
             d.invalid_frees,
             if d.first_bad_address != 0 {
-                format!(" (the first at {:#x})", d.first_bad_address)
+                format!(
+                    " (the first of {:#x}, by block {} thread {})",
+                    d.first_bad_address, d.first_bad_block, d.first_bad_thread
+                )
             } else {
                 String::new()
             }

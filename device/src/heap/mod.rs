@@ -159,7 +159,7 @@ pub const LAYOUT: Layout = Layout {
 const _: () = assert!(core::mem::size_of::<Guard>() == 8);
 // The host clears the refusal record with a 4-byte write of 0.
 const _: () = assert!(core::mem::size_of::<AtomicU32>() == 4);
-const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 4 * 8);
+const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 5 * 8);
 const _: () = assert!(core::mem::size_of::<Counters>() == 6 * 8);
 // What the host allocates, copies to read (`stats`, `check`) and writes
 // back (`trim`): about 2.6 MiB, most of it the granule table and the pool's
