@@ -99,6 +99,33 @@ pub enum BuildError {
         /// The profile.
         profile: String,
     },
+    /// The toolchain is not a nightly: building `core` for the GPU
+    /// (`-Zbuild-std`) needs one.
+    #[error(
+        "building PTX needs a nightly toolchain (it builds `core` and `alloc` for the GPU with \
+         -Zbuild-std), and this build runs rustc {release}. Put a rust-toolchain.toml next to \
+         your workspace's Cargo.toml:\n\n[toolchain]\nchannel = \"nightly\"\ncomponents = \
+         [\"rust-src\", \"llvm-tools\"]\n\n(rustup installs it at the next cargo command)"
+    )]
+    NotNightly {
+        /// `rustc -vV`'s release, e.g. `1.91.0`.
+        release: String,
+    },
+    /// The kernel crate (or a dependency of it) uses `std`, which the GPU
+    /// target does not have.
+    #[error(
+        "{krate} (or a crate it depends on) uses `std`, which the GPU target has not: add \
+         `#![no_std]` at the top of its src/lib.rs (and `extern crate alloc;` for Vec, Box and \
+         String, which WarpAlloc serves), and keep std-only dependencies out of it. The \
+         compiler said:\n{diagnostics}",
+        krate = krate.display()
+    )]
+    UsesStd {
+        /// The kernel crate's manifest.
+        krate: PathBuf,
+        /// The compiler's errors.
+        diagnostics: String,
+    },
     /// The kernel crate is a `cdylib` (rust-cuda's habit): cargo would try to
     /// link it with `llvm-bitcode-linker`, which the nvptx64 target lacks here.
     #[error(
@@ -598,6 +625,12 @@ impl PtxBuilder {
             }
             let mut diagnostics = errors.join("\n");
             diagnostics.push_str(&stderr);
+            if diagnostics.contains("can't find crate for `std`") {
+                return Err(BuildError::UsesStd {
+                    krate: manifest,
+                    diagnostics,
+                });
+            }
             return Err(BuildError::Cargo {
                 krate: manifest,
                 status: out.status.to_string(),

@@ -39,18 +39,21 @@ impl Toolchain {
             .unwrap_or_else(|| PathBuf::from("cargo"));
         let rustc = sibling_rustc(&cargo).unwrap_or_else(|| PathBuf::from("rustc"));
 
-        let host = {
-            let out = capture(Command::new(&rustc).arg("-vV"))?;
-            out.lines()
-                .find_map(|l| l.strip_prefix("host: "))
-                .map(|h| h.trim().to_owned())
-                .ok_or_else(|| {
-                    BuildError::Toolchain(format!(
-                        "`{} -vV` printed no host triple",
-                        rustc.display()
-                    ))
-                })?
-        };
+        let version = capture(Command::new(&rustc).arg("-vV"))?;
+        let host = version
+            .lines()
+            .find_map(|l| l.strip_prefix("host: "))
+            .map(|h| h.trim().to_owned())
+            .ok_or_else(|| {
+                BuildError::Toolchain(format!("`{} -vV` printed no host triple", rustc.display()))
+            })?;
+        if let Some(release) = version.lines().find_map(|l| l.strip_prefix("release: "))
+            && !builds_std(release.trim())
+        {
+            return Err(BuildError::NotNightly {
+                release: release.trim().to_owned(),
+            });
+        }
         let sysroot = match sysroot_override {
             Some(s) => s.to_path_buf(),
             None => {
@@ -104,6 +107,15 @@ impl Toolchain {
         self.llvm_bin
             .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
     }
+}
+
+/// Whether a rustc of `release` (`rustc -vV`'s line) takes `-Zbuild-std`:
+/// a nightly or a local build (`-dev`), or any rustc told so by
+/// `RUSTC_BOOTSTRAP=1`.
+fn builds_std(release: &str) -> bool {
+    release.contains("nightly")
+        || release.contains("-dev")
+        || std::env::var("RUSTC_BOOTSTRAP").is_ok_and(|v| v == "1")
 }
 
 /// The toolchain to name in a fix command: `$RUSTUP_TOOLCHAIN` without the host
@@ -185,5 +197,25 @@ mod tests {
             "nightly-2026-05-19"
         );
         assert_eq!(strip_host("nightly"), "nightly");
+    }
+
+    #[test]
+    fn only_a_nightly_builds_std() {
+        assert!(builds_std("1.97.0-nightly"));
+        assert!(builds_std("1.98.0-dev"));
+        if std::env::var_os("RUSTC_BOOTSTRAP").is_none() {
+            assert!(!builds_std("1.91.0"));
+            assert!(!builds_std("1.92.0-beta.3"));
+        }
+        let err = BuildError::NotNightly {
+            release: "1.91.0".into(),
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("rustc 1.91.0")
+                && text.contains("[toolchain]\nchannel = \"nightly\"")
+                && text.contains("components = [\"rust-src\", \"llvm-tools\"]"),
+            "{text}"
+        );
     }
 }

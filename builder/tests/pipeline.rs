@@ -216,3 +216,29 @@ fn a_cdylib_kernel_crate_is_told_to_be_a_plain_library() {
     assert!(matches!(err, BuildError::CdylibCrate { .. }), "{err}");
     assert!(err.to_string().contains("crate-type = [\"rlib\"]"), "{err}");
 }
+
+#[test]
+fn a_kernel_crate_with_std_is_told_to_add_no_std() {
+    let dir = scratch_crate(
+        "std_kern",
+        "[profile.ptx]\ninherits = \"release\"\npanic = \"abort\"\n",
+    );
+    std::fs::write(
+        dir.join("src/lib.rs"),
+        "pub fn bytes() -> Vec<u8> {\n    std::vec::Vec::new()\n}\n",
+    )
+    .expect("write lib.rs");
+    let err = PtxBuilder::new(&dir)
+        .target_dir(tmp("std_kern_target"))
+        .cargo_directives(false)
+        .build()
+        .expect_err("a std crate");
+    assert!(matches!(err, BuildError::UsesStd { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|first| first.contains("add `#![no_std]`")),
+        "{text}"
+    );
+}
