@@ -253,3 +253,47 @@ fn opening_a_gpu_without_one_is_an_error_not_a_panic() {
     let far = std::panic::catch_unwind(|| warpalloc::open_gpu(1 << 20));
     assert!(matches!(far, Ok(Err(_))), "ordinal 2^20");
 }
+
+/// A launch whose arguments do not match the kernel's parameters is told
+/// the kernel's parameters with their types, and which one is wrong.
+#[test]
+fn a_launch_with_the_wrong_arguments_names_the_parameters() {
+    let (ctx, module, _heap) = setup();
+    let f = module.load_function("alloc_free").expect("alloc_free");
+    let s = ctx.default_stream();
+    let mut st = s.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
+    // One argument short.
+    // SAFETY: the launch is refused before the kernel runs.
+    let short = unsafe {
+        s.launch_builder(&f)
+            .arg(&mut st)
+            .arg(&48u32)
+            .launch(grid(1, 32))
+    };
+    let e = short
+        .and_then(|_| s.synchronize())
+        .expect_err("one argument short");
+    let text = e.to_string();
+    assert!(
+        text.contains("takes 3 parameters (stats: *mut u64, size: u32, rounds: u32)")
+            && text.contains("the launch gave 2"),
+        "{text}"
+    );
+    // A u64 where the kernel takes a u32.
+    // SAFETY: as above.
+    let wide = unsafe {
+        s.launch_builder(&f)
+            .arg(&mut st)
+            .arg(&48u64)
+            .arg(&1u32)
+            .launch(grid(1, 32))
+    };
+    let e = wide
+        .and_then(|_| s.synchronize())
+        .expect_err("a u64 for a u32");
+    let text = e.to_string();
+    assert!(
+        text.contains("parameter 1 of (stats: *mut u64, size: u32, rounds: u32), `size: u32`, is 4 bytes; the launch gave 8"),
+        "{text}"
+    );
+}

@@ -142,6 +142,10 @@ pub enum EntryError {
         expected: usize,
         /// The launch's.
         given: usize,
+        /// The kernel's parameters, `(name, type)`.
+        signature: &'static [(&'static str, &'static str)],
+        /// Bytes of each parameter the launch gave.
+        given_sizes: std::vec::Vec<usize>,
     },
     /// Parameter `index` has the wrong size.
     ParamSize {
@@ -151,6 +155,8 @@ pub enum EntryError {
         expected: usize,
         /// Bytes given.
         given: usize,
+        /// The kernel's parameters, `(name, type)`.
+        signature: &'static [(&'static str, &'static str)],
     },
     /// The simulator stopped the launch.
     Sim(warpalloc_sim::SimError),
@@ -159,21 +165,48 @@ pub enum EntryError {
 #[cfg(not(target_arch = "nvptx64"))]
 impl core::fmt::Display for EntryError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        /// `(name: type, ...)`.
+        struct Signature(&'static [(&'static str, &'static str)]);
+        impl core::fmt::Display for Signature {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str("(")?;
+                for (i, (name, ty)) in self.0.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{name}: {ty}")?;
+                }
+                f.write_str(")")
+            }
+        }
         match self {
-            EntryError::ParamCount { expected, given } => {
+            EntryError::ParamCount {
+                expected,
+                given,
+                signature,
+                given_sizes,
+            } => {
                 write!(
                     f,
-                    "the kernel takes {expected} parameters, the launch gave {given}"
+                    "the kernel takes {expected} parameters {}, the launch gave {given} (of \
+                     {given_sizes:?} bytes): push one `.arg(&value)` per parameter, in order",
+                    Signature(signature)
                 )
             }
             EntryError::ParamSize {
                 index,
                 expected,
                 given,
-            } => write!(
-                f,
-                "parameter {index} is {expected} bytes in the kernel, {given} in the launch"
-            ),
+                signature,
+            } => {
+                let (name, ty) = signature.get(*index).copied().unwrap_or(("?", "?"));
+                write!(
+                    f,
+                    "parameter {index} of {}, `{name}: {ty}`, is {expected} bytes; the launch \
+                     gave {given}: pass a value of type {ty} there",
+                    Signature(signature)
+                )
+            }
             EntryError::Sim(e) => write!(f, "{e}"),
         }
     }
@@ -191,6 +224,8 @@ pub struct Entry {
     pub name: &'static str,
     /// Bytes of each parameter, in order.
     pub params: &'static [usize],
+    /// Each parameter's name and type, as declared.
+    pub signature: &'static [(&'static str, &'static str)],
     run: unsafe fn(
         &[&[u8]],
         &warpalloc_sim::LaunchConfig,
@@ -214,12 +249,18 @@ impl Entry {
     pub const fn new(
         name: &'static str,
         params: &'static [usize],
+        signature: &'static [(&'static str, &'static str)],
         run: unsafe fn(
             &[&[u8]],
             &warpalloc_sim::LaunchConfig,
         ) -> Result<warpalloc_sim::LaunchStats, EntryError>,
     ) -> Entry {
-        Entry { name, params, run }
+        Entry {
+            name,
+            params,
+            signature,
+            run,
+        }
     }
 
     /// Runs the kernel in the simulator with `params`, each parameter's
@@ -233,26 +274,37 @@ impl Entry {
         params: &[&[u8]],
         cfg: &warpalloc_sim::LaunchConfig,
     ) -> Result<warpalloc_sim::LaunchStats, EntryError> {
-        if params.len() != self.params.len() {
+        let sizes: std::vec::Vec<usize> = params.iter().map(|p| p.len()).collect();
+        self.check_params(&sizes)?;
+        // SAFETY: forwarded from the caller; the sizes match.
+        unsafe { (self.run)(params, cfg) }
+    }
+
+    /// `Ok` if a launch's parameters of `sizes` bytes match the kernel's,
+    /// else which do not, with the kernel's parameters and their types.
+    pub fn check_params(&self, sizes: &[usize]) -> Result<(), EntryError> {
+        if sizes.len() != self.params.len() {
             return Err(EntryError::ParamCount {
                 expected: self.params.len(),
-                given: params.len(),
+                given: sizes.len(),
+                signature: self.signature,
+                given_sizes: sizes.to_vec(),
             });
         }
-        if let Some((index, (p, &expected))) = params
+        if let Some((index, (&given, &expected))) = sizes
             .iter()
             .zip(self.params)
             .enumerate()
-            .find(|(_, (p, expected))| p.len() != **expected)
+            .find(|(_, (given, expected))| given != expected)
         {
             return Err(EntryError::ParamSize {
                 index,
                 expected,
-                given: p.len(),
+                given,
+                signature: self.signature,
             });
         }
-        // SAFETY: forwarded from the caller; the sizes match.
-        unsafe { (self.run)(params, cfg) }
+        Ok(())
     }
 }
 
@@ -337,6 +389,7 @@ macro_rules! kernel {
             pub const ENTRY: $crate::kernel::Entry = $crate::kernel::Entry::new(
                 NAME,
                 &[$( ::core::mem::size_of::<$ty>() ),*],
+                &[$( (stringify!($arg), stringify!($ty)) ),*],
                 launch_from_bytes,
             );
 
@@ -353,9 +406,11 @@ macro_rules! kernel {
                     $( $arg: _next
                         .next()
                         .and_then(|b| <$ty as $crate::kernel::Param>::from_bytes(b))
-                        .ok_or($crate::kernel::EntryError::ParamCount {
+                        .ok_or_else(|| $crate::kernel::EntryError::ParamCount {
                             expected: ENTRY.params.len(),
                             given: params.len(),
+                            signature: ENTRY.signature,
+                            given_sizes: params.iter().map(|p| p.len()).collect(),
                         })?, )*
                 };
                 // SAFETY: forwarded from the caller.

@@ -488,13 +488,10 @@ impl LaunchArgs<'_> {
     pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), HostError> {
         let entry = self.func.entry;
         let sizes: Vec<usize> = self.params.iter().map(Vec::len).collect();
-        if sizes != entry.params {
+        if let Err(e) = entry.check_params(&sizes) {
             return Err(HostError::Launch {
                 kernel: entry.name.to_string(),
-                why: format!(
-                    "the kernel's parameters are {:?} bytes, the launch gave {sizes:?}",
-                    entry.params
-                ),
+                why: e.to_string(),
             });
         }
         let mut sim = self
