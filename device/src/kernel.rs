@@ -317,7 +317,7 @@ macro_rules! kernels {
     };
 }
 
-/// Defines a kernel; see the [module docs](crate::kernel). Parameters may
+/// Defines a kernel; see the [module docs](mod@crate::kernel). Parameters may
 /// be `mut` (mutable inside the body, as in any function).
 #[macro_export]
 macro_rules! kernel {

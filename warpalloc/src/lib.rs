@@ -14,6 +14,75 @@
 //! virtual memory (or its host emulation). This crate has no command-line
 //! dependencies and builds no kernels; the `warpalloc` tool
 //! (`warpalloc-tool`) is a crate of its own.
+//!
+//! # A complete program
+//! A kernel that allocates, a heap attached to the context and linked to
+//! the kernels' module, a launch on a stream, and the heap's report. The
+//! kernel crate is built to PTX by `warpalloc-builder` in the host crate's
+//! build.rs (`examples/first-project/` is this program, runnable: `cargo
+//! run` there, in the simulator, or `cargo run --features gpu` on a GPU,
+//! where the context is `warpalloc::open_gpu(0)?` and the launch API
+//! cudarc's).
+//!
+//! ```no_run
+//! use std::error::Error;
+//!
+//! use warpalloc::emulated::{CudaContext, LaunchConfig, Ptx, PushKernelArg};
+//! use warpalloc::{Heap, HeapConfig, WarpAlloc};
+//! use warpalloc_device::{free, kernel, malloc, simt};
+//!
+//! // In the kernel crate (`#![no_std]`):
+//! kernel! {
+//!     /// Each thread takes 64 bytes, writes its index there, copies it to
+//!     /// `out` and frees the block.
+//!     pub fn scratch(out: *mut u32) {
+//!         let me = simt::global_thread_id() as usize;
+//!         let p = malloc(64).cast::<u32>();
+//!         if !p.is_null() {
+//!             // SAFETY: a fresh block of 64 bytes; `out` has a word per
+//!             // thread.
+//!             unsafe {
+//!                 p.write(me as u32);
+//!                 out.add(me).write(p.read());
+//!                 free(p.cast());
+//!             }
+//!         }
+//!     }
+//! }
+//!
+//! // In the host program: kernels' `Vec`/`Box` go to the launch's heap in
+//! // the simulator.
+//! #[global_allocator]
+//! static GLOBAL: WarpAlloc = WarpAlloc;
+//!
+//! /// Runs `scratch` from `ptx` (the kernel crate's PTX: in your program,
+//! /// `include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"))`).
+//! fn run(ptx: &str) -> Result<(), Box<dyn Error>> {
+//!     // The simulator runs the kernels compiled into this program.
+//!     let ctx = CudaContext::new(warpalloc_device::kernels![scratch])?;
+//!     let module = ctx.load_module(Ptx::from_src(ptx))?;
+//!     let heap = Heap::attach(&ctx, HeapConfig::default())?;
+//!     heap.link(&module)?;
+//!
+//!     let f = module.load_function("scratch")?;
+//!     let stream = ctx.default_stream();
+//!     let mut out = stream.alloc_zeros::<u32>(1024)?;
+//!     let cfg = LaunchConfig {
+//!         grid_dim: (4, 1, 1),
+//!         block_dim: (256, 1, 1),
+//!         shared_mem_bytes: 0,
+//!     };
+//!     // SAFETY: `out` has a word for each of the 1 024 threads.
+//!     unsafe { stream.launch_builder(&f).arg(&mut out).launch(cfg)? };
+//!     let out = stream.memcpy_dtov(&out)?;
+//!     assert!(out.iter().enumerate().all(|(i, &v)| v == i as u32));
+//!     println!("{}", heap.stats()?);
+//!     Ok(())
+//! }
+//! # fn main() {
+//! #     run("").unwrap();
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

@@ -72,7 +72,7 @@ struct Cli {
 enum Cmd {
     /// Install what the build and the tests need (idempotent).
     Setup,
-    /// Set up, then run every check: fmt, clippy, tests, loom, Miri.
+    /// Set up, then run every check: fmt, clippy, docs (warnings denied), tests, loom, Miri.
     Test,
     /// What CI runs: `test`, after printing the toolchain's versions.
     Ci,
@@ -156,6 +156,12 @@ fn test(steps: &mut Steps) -> Result<()> {
             "warnings",
         ])
         .status_ok()
+    })?;
+    // Every library's docs, warnings (a dead intra-doc link) as errors.
+    steps.run("doc", || {
+        cargo(&["doc", "--workspace", "--no-deps", "--lib"])
+            .env("RUSTDOCFLAGS", "-D warnings")
+            .status_ok()
     })?;
     steps.run("test", || cargo(&["test", "--workspace"]).status_ok())?;
     steps.run("first-project", first_project)?;
