@@ -87,7 +87,7 @@ pub mod sync;
 
 #[cfg(not(loom))]
 pub use abi::{Errors, Traffic};
-#[cfg(not(target_arch = "nvptx64"))]
+#[cfg(all(not(loom), not(target_arch = "nvptx64")))]
 pub use api::is_global_allocator;
 #[cfg(not(loom))]
 pub use api::{WarpAlloc, aligned_alloc, calloc, free, heap, malloc, realloc, usable_size};
