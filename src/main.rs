@@ -215,6 +215,10 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Draw the alloc/free rows into this SVG file: pairs per second
+        /// against threads, a line per size, warm solid and cold dashed.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
         #[command(flatten)]
         schedule: ScheduleArgs,
     },
@@ -298,6 +302,7 @@ fn main() -> ExitCode {
             block,
             cases,
             json,
+            plot,
             schedule,
         } => (|| {
             let args = BenchArgs {
@@ -323,6 +328,15 @@ fn main() -> ExitCode {
                     "{}",
                     serde_json::to_string_pretty(&report).unwrap_or_default()
                 );
+            }
+            if let Some(path) = &plot {
+                if let Err(e) = cli::plot::plot(&report, path) {
+                    eprintln!("warpalloc bench: --plot: {e}");
+                    return Ok(ExitCode::FAILURE);
+                }
+                if !json {
+                    println!("plot: {}", path.display());
+                }
             }
             let failed = report.rows.iter().filter(|r| r.error.is_some()).count();
             if failed > 0 {

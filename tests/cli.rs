@@ -493,3 +493,53 @@ fn units_and_space_separated_lists_are_accepted() {
         "{text}"
     );
 }
+
+/// `bench --plot FILE.svg` draws the alloc/free rows: an SVG with a line
+/// per size, warm and cold, and the axes named; asked with no alloc/free
+/// row to draw, it says so and fails.
+#[test]
+fn bench_plots_pairs_per_second_against_threads() {
+    let dir = std::env::temp_dir().join(format!("warpalloc-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    let svg = dir.join("bench.svg");
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "bench",
+        "--cases",
+        "alloc-free",
+        "--sizes",
+        "16,1024",
+        "--threads",
+        "64,256",
+        "--block",
+        "32",
+        "--plot",
+        svg.to_str().expect("a UTF-8 path"),
+    ]);
+    assert!(ok, "{text}");
+    let drawn = std::fs::read_to_string(&svg).expect("the plot");
+    assert!(drawn.starts_with("<svg"), "{drawn}");
+    for said in [
+        "16 B warm",
+        "16 B cold",
+        "1024 B warm",
+        "threads",
+        "malloc+free pairs per second",
+    ] {
+        assert!(drawn.contains(said), "{said} not in the plot");
+    }
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "bench",
+        "--cases",
+        "footprint",
+        "--threads",
+        "64",
+        "--block",
+        "32",
+        "--plot",
+        dir.join("none.svg").to_str().expect("a UTF-8 path"),
+    ]);
+    assert!(!ok && text.contains("no alloc/free rows to draw"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

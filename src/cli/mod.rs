@@ -3,4 +3,5 @@
 pub mod bench;
 pub mod common;
 pub mod demo;
+pub mod plot;
 pub mod stress;
