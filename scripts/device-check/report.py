@@ -204,6 +204,64 @@ def rate(x):
     return f"{x:.0f} /s"
 
 
+def chart_svg(pairs):
+    """An SVG line chart of alloc/free pairs per second against threads
+    (log-log), a colour per size: warpalloc solid, CUDA malloc dotted,
+    Gallatin dashed. None when there is nothing to draw."""
+    series = {}
+    for p in pairs:
+        if p["case"] not in ("alloc_free",) or p["size"] is None or p.get("mode") == "pool":
+            continue
+        for who, key in (("warpalloc", "warpalloc_pairs_per_second"),
+                         ("CUDA malloc", "cuda_malloc_pairs_per_second"),
+                         ("Gallatin", "gallatin_pairs_per_second")):
+            if p.get(key):
+                series.setdefault((p["size"], who), []).append((p["threads"], p[key]))
+    points = [pt for pts in series.values() for pt in pts]
+    if not points:
+        return None
+    import math
+    w, h, left, right, top, bottom = 900, 560, 90, 210, 40, 50
+    xs = [math.log10(t) for t, _ in points]
+    ys = [math.log10(v) for _, v in points]
+    x0, x1 = min(xs) - 0.1, max(xs) + 0.1
+    y0, y1 = math.floor(min(ys)), math.ceil(max(ys))
+    sx = lambda t: left + (math.log10(t) - x0) / (x1 - x0) * (w - left - right)
+    sy = lambda v: h - bottom - (math.log10(v) - y0) / (y1 - y0) * (h - top - bottom)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w / 2}" y="22" text-anchor="middle" font-size="15">alloc/free pairs per second (warm), 4 rounds, 256 threads a block</text>',
+           f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
+           f'<text x="{(left + w - right) / 2}" y="{h - 12}" text-anchor="middle">threads</text>']
+    for e in range(y0, y1 + 1):
+        y = sy(10 ** e)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{w - right}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{rate(10 ** e)}</text>')
+    for t in sorted({t for t, _ in points}):
+        x = sx(t)
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{h - bottom}" stroke="#eee"/>')
+        out.append(f'<text x="{x:.1f}" y="{h - bottom + 16}" text-anchor="middle">{t}</text>')
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    dashes = {"warpalloc": "", "CUDA malloc": ' stroke-dasharray="2,3"', "Gallatin": ' stroke-dasharray="7,4"'}
+    sizes = sorted({size for size, _ in series})
+    legend_y = top + 10
+    for (size, who), pts in sorted(series.items(), key=lambda kv: (kv[0][0], kv[0][1] != "warpalloc", kv[0][1])):
+        colour = colours[sizes.index(size) % len(colours)]
+        pts = sorted(pts)
+        path = " ".join(f"{sx(t):.1f},{sy(v):.1f}" for t, v in pts)
+        width = 2.5 if who == "warpalloc" else 1.5
+        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="{width}"{dashes[who]}/>')
+        for t, v in pts:
+            out.append(f'<circle cx="{sx(t):.1f}" cy="{sy(v):.1f}" r="3" fill="{colour}"/>')
+        lx = w - right + 15
+        out.append(f'<line x1="{lx}" y1="{legend_y}" x2="{lx + 24}" y2="{legend_y}" stroke="{colour}" stroke-width="{width}"{dashes[who]}/>')
+        out.append(f'<text x="{lx + 30}" y="{legend_y + 4}">{size} B {who}</text>')
+        legend_y += 17
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def drift_table(drift):
     """Markdown lines pairing each kernel's stress row at 10 and 300 rounds."""
     short, long = drift.get(10) or {}, drift.get(300) or {}
@@ -354,6 +412,12 @@ def main(out):
             "slab_turnovers_per_second": None,
         })
     report["pairs"] = pairs
+    chart = chart_svg(pairs)
+    if chart:
+        (out / "alloc-free.svg").write_text(chart)
+        md.append("")
+        md.append("![alloc/free pairs per second against threads: warpalloc solid, "
+                  "CUDA malloc dotted, Gallatin dashed](alloc-free.svg)")
     if report["bench"]["missing"]:
         md.append("")
         md.append("bench cases without all their rows: " + "; ".join(report["bench"]["missing"]))
