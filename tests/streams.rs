@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
-use warpalloc::emulated::{CudaContext, CudaModule, LaunchConfig, Ptx, PushKernelArg};
-use warpalloc::{Heap, HeapConfig, HostError, WarpAlloc};
+use warpalloc::emulated::{CudaContext, CudaModule, DevicePtr, LaunchConfig, Ptx, PushKernelArg};
+use warpalloc::{Heap, HeapConfig, HostError, KernelParam, WarpAlloc};
 use warpalloc_device::kernel::Entry;
 use warpalloc_kernels_tests::collections::collections;
-use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats, alloc_free};
+use warpalloc_kernels_tests::stress::{Fill, STATS_WORDS, Stats, alloc_free, fill_with};
 use warpalloc_tool::ptx::KERNELS_TESTS;
 
 /// `collections` uses `Vec` in the kernel: the program's global allocator
@@ -20,7 +20,7 @@ use warpalloc_tool::ptx::KERNELS_TESTS;
 static GLOBAL: WarpAlloc = WarpAlloc;
 
 /// The kernels this program launches by name.
-const KERNELS: &[Entry] = warpalloc_device::kernels![alloc_free, collections];
+const KERNELS: &[Entry] = warpalloc_device::kernels![alloc_free, collections, fill_with];
 
 fn config() -> HeapConfig {
     HeapConfig {
@@ -296,4 +296,46 @@ fn a_launch_with_the_wrong_arguments_names_the_parameters() {
         text.contains("parameter 1 of (stats: *mut u64, size: u32, rounds: u32), `size: u32`, is 4 bytes; the launch gave 8"),
         "{text}"
     );
+}
+
+/// What a program written once for both devices uses, in cudarc's names:
+/// `memset_zeros`, a slice's address through `DevicePtr::device_ptr(&stream)`,
+/// a struct parameter of the program's own through `KernelParam` (cudarc's
+/// `DeviceRepr` on a GPU, `Param` here), and the launch's simulator counts.
+#[test]
+fn one_program_for_both_devices_runs_here() {
+    let (ctx, module, _heap) = setup();
+    let f = module.load_function("fill_with").expect("fill_with");
+    let s = ctx.new_stream().expect("stream");
+    let n = 96u32;
+    let mut out = s.clone_htod(&vec![u64::MAX; n as usize]).expect("buffer");
+    s.memset_zeros(&mut out).expect("memset_zeros");
+    assert!(s.memcpy_dtov(&out).expect("read").iter().all(|&v| v == 0));
+    let addr = {
+        // The record borrows `out` until it drops, as cudarc's does.
+        let (addr, _record) = out.device_ptr(&s);
+        addr
+    };
+    let args = Fill {
+        out: std::ptr::with_exposed_provenance_mut(addr as usize),
+        value: 1000,
+        n,
+        pad: 0,
+    };
+    assert!(s.simulator_stats().is_none(), "no launch yet");
+    // SAFETY: `out` has `n` words, alive until the stream is synchronised.
+    unsafe {
+        s.launch_builder(&f)
+            .arg(&KernelParam(args))
+            .launch(grid(2, 64))
+            .expect("launch");
+    }
+    s.synchronize().expect("synchronize");
+    let got = s.memcpy_dtov(&out).expect("read");
+    assert!(
+        got.iter().enumerate().all(|(i, &v)| v == 1000 + i as u64),
+        "{got:?}"
+    );
+    let stats = s.simulator_stats().expect("the launch's counts");
+    assert!(stats.steps > 0 && stats.lanes == 128, "{stats:?}");
 }

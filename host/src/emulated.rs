@@ -22,8 +22,14 @@
 //!          queues a launch and returns; synchronize() waits and reports
 //!          the first error since the last one
 //!   CudaSlice<T>: device memory (host memory here); alloc_zeros,
-//!                 memcpy_stod / clone_htod, memcpy_dtov / clone_dtoh
+//!                 memset_zeros, memcpy_stod / clone_htod, memcpy_dtov /
+//!                 clone_dtoh; its address through DevicePtr::device_ptr
 //! ```
+//!
+//! A struct parameter of the program's own goes through
+//! [`KernelParam`](crate::KernelParam) on both devices (cudarc's
+//! `DeviceRepr` there, the kernel crate's `Param` here), and
+//! [`CudaStream::simulator_stats`] gives the last launch's simulator counts.
 //!
 //! Copies to the host wait for the stream's work first, as a synchronous
 //! cudarc copy does. A slice passed to a launch stays allocated until that
@@ -221,6 +227,8 @@ struct Queue {
     pending: usize,
     /// The first error since the last `synchronize`.
     error: Option<HostError>,
+    /// The simulator's counts of the last launch that ended.
+    stats: Option<warpalloc_sim::LaunchStats>,
 }
 
 /// A stream (cudarc's `CudaStream`): work queued on it runs in order on its
@@ -311,6 +319,29 @@ impl CudaStream {
             q = done.wait(q).unwrap_or_else(PoisonError::into_inner);
         }
         q.error.take().map_or(Ok(()), Err)
+    }
+
+    /// The simulator's counts of the last launch on this stream that ended
+    /// (steps, atomics, loads by scope, sleep...), once `synchronize` says
+    /// it ended: what a GPU's profiler would say, deterministically. `None`
+    /// before any.
+    pub fn simulator_stats(&self) -> Option<warpalloc_sim::LaunchStats> {
+        self.queue
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stats
+    }
+
+    /// Zeroes `dst` once the stream's work so far has ended (cudarc's
+    /// `memset_zeros`).
+    pub fn memset_zeros<T: bytemuck::Pod>(&self, dst: &mut CudaSlice<T>) -> Result<(), HostError> {
+        self.synchronize()?;
+        let zeros = vec![0u8; dst.len * size_of::<T>()];
+        // SAFETY: `dst` is device memory of `len` elements, and no work of
+        // this stream runs; other streams' use of it is the program's
+        // business, as in CUDA.
+        unsafe { self.ctx.device.write(dst.memory.addr(), &zeros) }
     }
 
     /// `len` zeroed elements of device memory.
@@ -439,6 +470,41 @@ impl<T> CudaSlice<T> {
     }
 }
 
+/// What cudarc's `device_ptr` hands back beside the address: there, a
+/// record that orders the stream after the access; here, nothing to do
+/// (the emulated stream runs its work in order and copies wait for it).
+/// It borrows the slice as cudarc's does, so that a program that keeps it
+/// while it borrows the slice again is refused here too.
+#[derive(Debug)]
+pub struct SyncOnDrop<'a>(PhantomData<&'a ()>);
+
+/// A slice's device address for a read on `stream` (cudarc's `DevicePtr`):
+/// `let (ptr, _record) = slice.device_ptr(&stream);` reads the same on
+/// both devices.
+pub trait DevicePtr<T> {
+    /// The address, and what to keep until the access is scheduled.
+    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>);
+}
+
+/// A slice's device address for a write on `stream` (cudarc's
+/// `DevicePtrMut`).
+pub trait DevicePtrMut<T> {
+    /// The address, and what to keep until the access is scheduled.
+    fn device_ptr_mut<'a>(&'a mut self, stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>);
+}
+
+impl<T> DevicePtr<T> for CudaSlice<T> {
+    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+        (self.memory.addr(), SyncOnDrop(PhantomData))
+    }
+}
+
+impl<T> DevicePtrMut<T> for CudaSlice<T> {
+    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
+        (self.memory.addr(), SyncOnDrop(PhantomData))
+    }
+}
+
 /// A launch being built (cudarc's `LaunchArgs`).
 pub struct LaunchArgs<'a> {
     stream: &'a CudaStream,
@@ -504,6 +570,7 @@ impl LaunchArgs<'_> {
         sim.grid_dim = cfg.grid_dim;
         sim.block_dim = cfg.block_dim;
         let module = Arc::clone(&self.func.module.module);
+        let queue = Arc::clone(&self.stream.queue);
         let params = std::mem::take(&mut self.params);
         let keep = std::mem::take(&mut self.keep);
         self.stream.enqueue(Box::new(move || {
@@ -516,10 +583,12 @@ impl LaunchArgs<'_> {
             // only after synchronising, so after this job.
             let result = unsafe { entry.launch(&views, &sim) };
             drop(keep);
-            result.map(|_| ()).map_err(|e| HostError::Launch {
+            let stats = result.map_err(|e| HostError::Launch {
                 kernel: entry.name.to_string(),
                 why: e.to_string(),
-            })
+            })?;
+            queue.0.lock().unwrap_or_else(PoisonError::into_inner).stats = Some(stats);
+            Ok(())
         }))
     }
 }

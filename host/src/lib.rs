@@ -30,3 +30,27 @@ pub use device::{driver_present, open_gpu};
 pub use error::HostError;
 pub use heap::{Heap, HeapConfig, HeapStats, Mode, NOT_WARPALLOC, RpcCounts};
 pub use launch::{Buffer, Launcher, Prefer};
+
+/// A kernel parameter of your own type (a `#[repr(C)]` struct, say) for a
+/// launch builder on either device: `.arg(&KernelParam(value))`. On a GPU
+/// cudarc passes its bytes (it is `DeviceRepr`); in the simulator they
+/// rebuild the value with its [`Param`](warpalloc_device::kernel::Param)
+/// implementation — so the kernel crate needs no cudarc dependency to be
+/// launched on both.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub struct KernelParam<T>(pub T);
+
+// SAFETY: `repr(transparent)` over a `Param`, a plain `Copy` value whose
+// bytes are the kernel parameter (the same bytes the simulator passes).
+unsafe impl<T: warpalloc_device::kernel::Param> cudarc::driver::DeviceRepr for KernelParam<T> {}
+
+impl<T: warpalloc_device::kernel::Param> warpalloc_device::kernel::Param for KernelParam<T> {
+    fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        T::from_bytes(bytes).map(KernelParam)
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        self.0.to_bytes()
+    }
+}

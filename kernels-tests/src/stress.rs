@@ -883,3 +883,58 @@ kernel! {
         unsafe { free(core::ptr::with_exposed_provenance_mut(ptrs.add(me).read() as usize)) };
     }
 }
+
+/// A kernel parameter of the program's own type (for `fill_with`): where to
+/// write, the first value, and how many. No padding: its bytes are its
+/// fields'.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Fill {
+    /// `n` words of device memory.
+    pub out: *mut u64,
+    /// What thread 0 writes; thread `i` writes `value + i`.
+    pub value: u64,
+    /// Threads that write.
+    pub n: u32,
+    /// Zero (the struct's padding made explicit).
+    pub pad: u32,
+}
+
+impl warpalloc_device::kernel::Param for Fill {
+    fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != core::mem::size_of::<Fill>() {
+            return None;
+        }
+        let word = |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+        let half = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().unwrap_or([0; 4]));
+        Some(Fill {
+            out: core::ptr::with_exposed_provenance_mut(word(0) as usize),
+            value: word(8),
+            n: half(16),
+            pad: half(20),
+        })
+    }
+
+    #[cfg(not(target_arch = "nvptx64"))]
+    fn to_bytes(&self) -> alloc::vec::Vec<u8> {
+        let mut bytes = (self.out.expose_provenance() as u64).to_ne_bytes().to_vec();
+        bytes.extend(self.value.to_ne_bytes());
+        bytes.extend(self.n.to_ne_bytes());
+        bytes.extend(self.pad.to_ne_bytes());
+        bytes
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<Fill>() == 24);
+
+kernel! {
+    /// Thread `i < args.n` writes `args.value + i` to `args.out[i]`: a
+    /// kernel whose parameter is a struct of the program's own.
+    pub fn fill_with(args: Fill) {
+        let i = simt::global_thread_id() as u32;
+        if i < args.n {
+            // SAFETY: the host passes `n` words at `out`.
+            unsafe { args.out.add(i as usize).write(args.value + u64::from(i)) };
+        }
+    }
+}

@@ -87,8 +87,8 @@
 #![warn(missing_docs)]
 
 pub use warpalloc_host::{
-    Buffer, Heap, HeapConfig, HeapStats, HostError, Launcher, Mode, Prefer, RpcCounts, backing,
-    device, emulated, server,
+    Buffer, Heap, HeapConfig, HeapStats, HostError, KernelParam, Launcher, Mode, Prefer, RpcCounts,
+    backing, device, emulated, server,
 };
 
 /// GPU `n`'s context as a `Result` ("no CUDA driver" rather than cudarc's

@@ -10,7 +10,7 @@ use std::error::Error;
 // and the launch API come from.
 #[cfg(feature = "gpu")]
 mod device {
-    pub use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
+    pub use cudarc::driver::{CudaContext, DevicePtr, LaunchConfig, PushKernelArg};
     pub use cudarc::nvrtc::Ptx;
 
     /// GPU 0: "no CUDA driver" or "no GPU" as an error, where cudarc's
@@ -21,14 +21,14 @@ mod device {
 }
 #[cfg(not(feature = "gpu"))]
 mod device {
-    pub use warpalloc::emulated::{CudaContext, LaunchConfig, Ptx, PushKernelArg};
+    pub use warpalloc::emulated::{CudaContext, DevicePtr, LaunchConfig, Ptx, PushKernelArg};
 
     /// The emulated device, running the kernels compiled into this program.
     pub fn context() -> Result<std::sync::Arc<CudaContext>, Box<dyn std::error::Error>> {
         Ok(CudaContext::new(first_kernels::KERNELS)?)
     }
 }
-use device::{LaunchConfig, Ptx, PushKernelArg};
+use device::{DevicePtr, LaunchConfig, Ptx, PushKernelArg};
 
 /// In the simulator the kernels' `Vec` and `Box` use the program's global
 /// allocator: `WarpAlloc` sends them to the heap of the launch, and
@@ -64,6 +64,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut sums = first.alloc_zeros::<u64>(N as usize)?;
     let mut boxed = second.alloc_zeros::<u64>(N as usize)?;
     let mut ok = second.alloc_zeros::<u32>(N as usize)?;
+    // The same calls on both devices: zero a slice on its stream, and read
+    // a slice's device address (to hand it to a kernel inside a struct; the
+    // record borrows the slice until it drops, at the block's end).
+    second.memset_zeros(&mut ok)?;
+    let sums_addr = {
+        let (addr, _record) = sums.device_ptr(&first);
+        addr
+    };
 
     let cfg = LaunchConfig {
         grid_dim: (N / 256, 1, 1),
@@ -105,7 +113,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     // What the heap saw (synchronises the context first).
     let stats = heap.stats()?;
     println!(
-        "{} threads x 3 kernels on {}: {} wrong results",
+        "{} threads x 3 kernels on {}: {} wrong results (sums at {sums_addr:#x})",
         N,
         heap.device().info(),
         wrong
