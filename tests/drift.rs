@@ -268,3 +268,40 @@ fn a_heap_at_its_limit_serves_a_large_block_from_scattered_free_granules() {
     assert_empty(&mut heap, "relocation at the limit");
     assert_eq!(heap.stats().expect("stats").region.retired_granules, 0);
 }
+
+#[test]
+fn a_refused_large_block_takes_the_emptied_slabs_back_and_counts_them_as_given_back() {
+    // Four classes take the four granules of the limit with a slab each,
+    // and empty them; the classes keep their emptied slabs. A large block
+    // is then refused by the limit: the heap gives emptied slabs back to
+    // the host and asks again. Counted as given back, not taken over
+    // (before, each also counted as a takeover).
+    let granule = SLAB_SIZE;
+    let mut heap = heap_with(HeapConfig {
+        reserve: Some(64 * granule),
+        limit: Some(4 * granule),
+        slots: 64,
+        ..HeapConfig::default()
+    });
+    let small = malloc_sizes_run(&mut heap, &[16, 1024, 4096, 16384]);
+    assert!(small.iter().all(|&p| p != 0), "{small:x?}");
+    free_run(&mut heap, &small);
+    let before = heap.stats().expect("stats");
+    assert_eq!(before.live.empty_slabs, 4, "{before:?}");
+    let large = malloc_sizes_run(&mut heap, &[3 << 20]);
+    assert_ne!(
+        large[0],
+        0,
+        "refused though emptied slabs could go back: {:?}",
+        heap.stats()
+    );
+    let after = heap.stats().expect("stats");
+    let given = after.traffic.slabs_to_provider - before.traffic.slabs_to_provider;
+    assert!(given >= 2, "{after:?}");
+    assert_eq!(
+        after.traffic.slabs_reclaimed, before.traffic.slabs_reclaimed,
+        "a slab given back was counted as taken over: {after:?}"
+    );
+    free_run(&mut heap, &large);
+    assert_empty(&mut heap, "give-back");
+}

@@ -461,7 +461,7 @@ impl DeviceHeap {
     fn give_back_empties(&self) -> u32 {
         let mut given = 0;
         while given < GIVE_BACK {
-            let Some((_, slab, _)) = self.take_over_empty(true) else {
+            let Some((_, slab, _)) = self.take_empty_slab(true) else {
                 break;
             };
             self.forget_slab(slab);

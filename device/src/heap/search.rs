@@ -687,6 +687,17 @@ impl DeviceHeap {
     /// to a slot the caller claimed); without, the caller keeps the slot,
     /// "being created", and must publish in it.
     pub(super) fn take_over_empty(&self, vacate: bool) -> Option<(u32, u64, u32)> {
+        let taken = self.take_empty_slab(vacate);
+        if taken.is_some() {
+            self.counters.slabs_reclaimed.fetch_add(1);
+        }
+        taken
+    }
+
+    /// [`DeviceHeap::take_over_empty`] without counting it as a takeover:
+    /// for a slab that goes back to the host (`give_back_empties`, counted
+    /// there as given back).
+    pub(super) fn take_empty_slab(&self, vacate: bool) -> Option<(u32, u64, u32)> {
         let slots = self.slot_count();
         for _ in 0..TAKE_OVER_TRIES {
             let from = self.empties.take(slots)?;
@@ -707,7 +718,6 @@ impl DeviceHeap {
             if vacate {
                 guard.vacate();
             }
-            self.counters.slabs_reclaimed.fetch_add(1);
             // SAFETY: a published slab is mapped, with its header; a zero
             // count means every bit is clear (`count ≥ set bits`).
             let words = unsafe { Slab(slab).header() }.words;
