@@ -111,7 +111,7 @@ fn a_heap_pointer_freed_on_the_host_goes_back_to_its_heap() {
 fn a_vec_in_a_kernel_of_an_unlinked_module_ends_the_program_naming_the_fix() {
     const CHILD: &str = "WARPALLOC_UNLINKED_CHILD";
     const NAME: &str = "a_vec_in_a_kernel_of_an_unlinked_module_ends_the_program_naming_the_fix";
-    if std::env::var_os(CHILD).is_some() {
+    if support::is_child(CHILD) {
         let launcher =
             warpalloc_host::Launcher::new(support::PTX, warpalloc_host::Prefer::Simulator)
                 .expect("launcher");
@@ -131,11 +131,7 @@ fn a_vec_in_a_kernel_of_an_unlinked_module_ends_the_program_naming_the_fix() {
         println!("the child's launch returned");
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .expect("run the child");
+    let out = support::run_child(NAME, CHILD);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -158,7 +154,7 @@ fn a_vec_in_a_kernel_of_an_unlinked_module_ends_the_program_naming_the_fix() {
 fn a_vec_past_the_heap_s_limit_ends_the_program_naming_kernel_lane_and_fix() {
     const CHILD: &str = "WARPALLOC_OOM_CHILD";
     const NAME: &str = "a_vec_past_the_heap_s_limit_ends_the_program_naming_kernel_lane_and_fix";
-    if std::env::var_os(CHILD).is_some() {
+    if support::is_child(CHILD) {
         let mut heap = support::heap_with(HeapConfig {
             limit: Some(4 << 20),
             slots: 64,
@@ -176,11 +172,7 @@ fn a_vec_past_the_heap_s_limit_ends_the_program_naming_kernel_lane_and_fix() {
         println!("the child's launch returned");
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .expect("run the child");
+    let out = support::run_child(NAME, CHILD);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -87,17 +87,28 @@ fn lifetimes_run(rounds: u32) -> Run {
     )
     .expect("simulator counts");
     let context = format!("lifetimes, {rounds} rounds");
-    let s = stats(&heap, &stats_buf);
-    assert_clean(&s, errors(&heap), &context);
+    finish(&mut heap, &stats_buf, launch.steps, &context)
+}
+
+/// What a run showed, checked (clean, no null, nothing held at the end) and
+/// read before the heap is checked empty.
+fn finish(
+    heap: &mut warpalloc::Heap,
+    stats_buf: &warpalloc_host::Buffer<u64>,
+    steps: u64,
+    context: &str,
+) -> Run {
+    let s = stats(heap, stats_buf);
+    assert_clean(&s, errors(heap), context);
     assert_eq!((s.nulls, s.live_bytes), (0, 0), "{context}: {s:?}");
     let st = heap.stats().expect("stats");
     let r = Run {
         stats: s,
-        steps: launch.steps,
+        steps,
         peak_mapped: st.region.peak_mapped_bytes,
         slabs: st.traffic.slabs_from_provider,
     };
-    assert_empty(&mut heap, &context);
+    assert_empty(heap, context);
     r
 }
 
@@ -130,18 +141,12 @@ fn churn_run(rounds: u32) -> Run {
         },
     );
     let context = format!("churn, {rounds} rounds");
-    let s = stats(&heap, &stats_buf);
-    assert_clean(&s, errors(&heap), &context);
-    assert_eq!((s.nulls, s.live_bytes), (0, 0), "{context}: {s:?}");
-    assert!(s.large > 0, "{context}: no large block: {s:?}");
-    let st = heap.stats().expect("stats");
-    let r = Run {
-        stats: s,
-        steps: launch.steps,
-        peak_mapped: st.region.peak_mapped_bytes,
-        slabs: st.traffic.slabs_from_provider,
-    };
-    assert_empty(&mut heap, &context);
+    let r = finish(&mut heap, &stats_buf, launch.steps, &context);
+    assert!(
+        r.stats.large > 0,
+        "{context}: no large block: {:?}",
+        r.stats
+    );
     r
 }
 

@@ -462,16 +462,12 @@ fn a_program_without_warpalloc_as_its_allocator_is_told_the_two_lines() {
     const CHILD: &str = "WARPALLOC_NOT_GLOBAL_CHILD";
     const NAME: &str = "a_program_without_warpalloc_as_its_allocator_is_told_the_two_lines";
     assert!(!warpalloc::is_global_allocator());
-    if std::env::var_os(CHILD).is_some() {
+    if support::is_child(CHILD) {
         let _first = heap_with(HeapConfig::default());
         let _second = heap_with(HeapConfig::default());
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .expect("run the child");
+    let out = support::run_child(NAME, CHILD);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(

@@ -135,3 +135,20 @@ pub fn assert_empty(heap: &mut Heap, context: &str) {
         "{context}: mapped after trim: {s:?}"
     );
 }
+
+/// Whether this process is the child that [`run_child`] started for the
+/// test whose switch is `env`.
+pub fn is_child(env: &str) -> bool {
+    std::env::var_os(env).is_some()
+}
+
+/// Runs this test binary again for the test `name` alone, with `env` set (so
+/// that the test knows, by [`is_child`], that it is the child): for what ends
+/// a process, or writes to its stderr. Its exit status and output.
+pub fn run_child(name: &str, env: &str) -> std::process::Output {
+    std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, "1")
+        .output()
+        .expect("run the child")
+}
