@@ -346,7 +346,21 @@ fn a_module_built_with_another_heap_layout_is_refused() {
 #[test]
 fn a_config_out_of_range_is_refused_with_its_range() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let cases: [(HeapConfig, &str); 7] = [
+    let cases: [(HeapConfig, &str); 9] = [
+        (
+            HeapConfig {
+                streams: Some(3),
+                ..HeapConfig::default()
+            },
+            "streams is 3; it must be a power of two, 1..=1024",
+        ),
+        (
+            HeapConfig {
+                streams: Some(2048),
+                ..HeapConfig::default()
+            },
+            "streams is 2048; it must be a power of two, 1..=1024",
+        ),
         (
             HeapConfig {
                 slots: 0,

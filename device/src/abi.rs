@@ -102,6 +102,9 @@ pub struct DeviceConfig {
     pub(crate) provider: AtomicU32,
     pub(crate) region_base: AtomicU64,
     pub(crate) region_len: AtomicU64,
+    /// Search streams per class (a power of two, ≤ `heap::MAX_STREAMS`).
+    pub(crate) streams: AtomicU32,
+    _reserved: AtomicU32,
 }
 
 impl DeviceConfig {
@@ -113,6 +116,8 @@ impl DeviceConfig {
             provider: AtomicU32::new(0),
             region_base: AtomicU64::new(0),
             region_len: AtomicU64::new(0),
+            streams: AtomicU32::new(0),
+            _reserved: AtomicU32::new(0),
         }
     }
 }
@@ -133,6 +138,10 @@ pub struct ConfigValues {
     pub region_len: u64,
     /// Device address of the RPC mailbox's first port.
     pub mailbox: u64,
+    /// Search streams per class: how many hints each size class keeps, one
+    /// per group of resident warps (`heap::stream_count_for`); a power of
+    /// two, 1..=`heap::MAX_STREAMS`.
+    pub streams: u32,
 }
 
 impl ConfigValues {
@@ -150,6 +159,9 @@ impl ConfigValues {
                 self.slot_count.min(MAX_SLOTS as u32)
             },
             provider: ProviderKind::from_raw(self.provider) as u32,
+            streams: crate::heap::stream_count_for(
+                u64::from(self.streams) * crate::heap::WARPS_PER_STREAM,
+            ),
             port_count: self.port_count.min(crate::rpc::wire::MAX_PORTS as u32),
             region_len: self
                 .region_len

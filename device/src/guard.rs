@@ -542,6 +542,22 @@ impl Guard {
                 || Creation::of(raw).is_none_or(|c| c.serves(class, n, usable)))
     }
 
+    /// Whether the slot is empty now (one load): a search looks for its
+    /// class's emptied slabs before it claims one.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.ptr.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether the slot is being created by a claim that has not tagged its
+    /// counter yet, or rebuilt by a takeover (which leaves it untagged):
+    /// a registration now would not count (two loads; a search polls this
+    /// instead of locking again).
+    #[inline(always)]
+    pub fn is_untagged_claim(&self) -> bool {
+        self.is_creating() && self.refs.raw() >> TAG_SHIFT == 0
+    }
+
     /// Whether the slot is being created now (one load: a waiter polls
     /// this instead of registering again).
     #[inline(always)]

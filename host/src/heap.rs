@@ -60,7 +60,10 @@ use warpalloc_device::DeviceHeap;
 use warpalloc_device::abi::{
     ConfigValues, Errors, HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout, ProviderKind, Traffic,
 };
-use warpalloc_device::heap::{Census, LAYOUT, MAX_REGION, MAX_SLOTS, SlabMemory};
+use warpalloc_device::heap::{
+    Census, LAYOUT, MAX_REGION, MAX_SLOTS, MAX_STREAMS, SlabMemory, WARPS_PER_STREAM,
+    stream_count_for,
+};
 use warpalloc_device::registry;
 use warpalloc_device::rpc::wire::{self, Port, Reply, Request};
 
@@ -101,6 +104,13 @@ pub struct HeapConfig {
     /// RPC ports (default: one per resident warp of the device, at most
     /// 4096; 32 on the emulated device).
     pub ports: Option<u32>,
+    /// Search streams per size class, a power of two up to 1 024: each
+    /// class keeps a hint (the slab it last found room in) per stream, and
+    /// a warp searches from its stream's (its warp slot modulo the
+    /// streams), so that warps running at once start at different slabs.
+    /// Default: one per 8 resident warps of the device (1 024 on an H200; 4
+    /// on the emulated device).
+    pub streams: Option<u32>,
 }
 
 impl HeapConfig {
@@ -122,6 +132,14 @@ impl HeapConfig {
             return bad(format!(
                 "ports is {ports}; it must be 1..={} (None: one per resident warp)",
                 wire::MAX_PORTS
+            ));
+        }
+        if let Some(streams) = self.streams
+            && (!streams.is_power_of_two() || streams as usize > MAX_STREAMS)
+        {
+            return bad(format!(
+                "streams is {streams}; it must be a power of two, 1..={MAX_STREAMS} (None: one \
+                 per {WARPS_PER_STREAM} resident warps)"
             ));
         }
         if let Some(reserve) = self.reserve
@@ -166,6 +184,7 @@ impl Default for HeapConfig {
             headroom: 0,
             slots: MAX_SLOTS as u32,
             ports: None,
+            streams: None,
         }
     }
 }
@@ -542,6 +561,9 @@ impl Heap {
                 Mode::Pool { .. } => ProviderKind::Pool,
             } as u32,
             port_count: ports,
+            streams: config
+                .streams
+                .unwrap_or_else(|| stream_count_for(device.info().resident_warps())),
             region_base: base,
             region_len: len,
             mailbox: mailbox.device(),

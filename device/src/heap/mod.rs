@@ -9,7 +9,7 @@
 //!   ├── mailbox     where the host's RPC ports are, and their lock bits
 //!   ├── pool        slabs mapped before launch (pool mode), a lock-free stack
 //!   ├── slots[]     32 768 guards (8 B: slab word, count) → slabs (64 GiB)
-//!   ├── hints[]     per size class and stream (SM % STREAMS): the slot
+//!   ├── hints[]     per size class and stream (warp slot % streams): the slot
 //!   │               that served that stream last
 //!   ├── granules[]  per 2 MiB granule of the region (≤ 512 GiB): Unused | Slab(slot) |
 //!   │               Large(granules) | Freed — what `free` may touch
@@ -77,14 +77,39 @@ use crate::size_class::{CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, class_ind
 use crate::slab::Slab;
 use crate::sync::{AtomicU32, Ordering, SharedArray};
 
-/// Hints per size class: warps start their search from the hint of their
-/// SM's stream (`sm_id % STREAMS`), so that warps on different SMs start
-/// at different slabs of a class once it has several, instead of every
-/// warp locking one slab's guard (Gallatin spreads by `smid % n` too).
-/// Stream 0's hint is also the class's: creations and frees into full
-/// slabs move it, and a stream with no hint of its own starts there.
-pub const STREAMS: usize = 32;
-const _: () = assert!(STREAMS.is_power_of_two());
+/// The most search streams per size class. A class keeps one hint per
+/// stream, and a warp's stream is its warp slot (`%smid`, `%warpid` on the
+/// GPU) modulo the heap's stream count, so that warps that run at once
+/// start their searches at different slabs of a class once it has several,
+/// rather than every warp locking one slab's guard (Gallatin spreads warps
+/// over a size's blocks by SM). Stream 0's hint is also the class's:
+/// creations and frees into full slabs move it, and a stream with no hint
+/// of its own starts there.
+pub const MAX_STREAMS: usize = 1024;
+const _: () = assert!(MAX_STREAMS.is_power_of_two() && MAX_STREAMS <= 1 << 16);
+/// Resident warps per stream, by default: one hint serves eight warps, the
+/// blocks of about a warp of 32 lanes each at 8 KiB (an 8 KiB slab holds
+/// 255). Measured with the contention test (512 resident warps, warm
+/// launch, 8 KiB): a stream per SM's worth of warps (32 streams, 16 warps
+/// each) took 8.6 to 10.6 guard RMWs per warp-pair, 8 warps a stream (64
+/// streams) 5.8 to 7.5, one warp a stream 4.6 to 5.9 (BENCHMARKS.md).
+pub const WARPS_PER_STREAM: u64 = 8;
+
+/// The search streams for a device of `resident_warps`: one per
+/// [`WARPS_PER_STREAM`], rounded up to a power of two, 1..=[`MAX_STREAMS`]
+/// (an H200's 8 448 resident warps: 1 024).
+pub const fn stream_count_for(resident_warps: u64) -> u32 {
+    let want = resident_warps.div_ceil(WARPS_PER_STREAM);
+    let want = if want == 0 { 1 } else { want };
+    let pow = want.next_power_of_two();
+    if pow > MAX_STREAMS as u64 {
+        MAX_STREAMS as u32
+    } else {
+        pow as u32
+    }
+}
+const _: () = assert!(stream_count_for(0) == 1 && stream_count_for(8448) == 1024);
+const _: () = assert!(stream_count_for(512) == 64 && stream_count_for(32) == 4);
 
 /// Slots in the table: 32 768 × 2 MiB = 64 GiB of slabs.
 pub const MAX_SLOTS: usize = 32_768;
@@ -119,7 +144,7 @@ pub struct DeviceHeap {
     mailbox: Mailbox,
     pool: SlabPool<REGION_GRANULES>,
     slots: SharedArray<Guard, MAX_SLOTS>,
-    hints: [AtomicU32; CLASS_COUNT * STREAMS],
+    hints: [AtomicU32; CLASS_COUNT * MAX_STREAMS],
     granules: GranuleTable<REGION_GRANULES>,
     empties: EmptySlots<{ MAX_SLOTS / 32 }>,
     /// Set when the provider refused a slab, to the memory generation the
@@ -198,11 +223,11 @@ impl DeviceHeap {
         self.slots.get(index as usize)
     }
 
-    /// The hint of `class`'s stream `stream` (< `STREAMS`; 0: the
+    /// The hint of `class`'s stream `stream` (< `MAX_STREAMS`; 0: the
     /// class's own).
     #[inline(always)]
     fn class_hint(&self, class: usize, stream: usize) -> &AtomicU32 {
-        &self.hints[(class * STREAMS + stream % STREAMS).min(CLASS_COUNT * STREAMS - 1)]
+        &self.hints[(class * MAX_STREAMS + stream % MAX_STREAMS).min(CLASS_COUNT * MAX_STREAMS - 1)]
     }
 
     /// An unbound heap: every allocation returns null until the host binds a
@@ -216,7 +241,7 @@ impl DeviceHeap {
             mailbox: Mailbox::new(),
             pool: SlabPool::new(),
             slots: SharedArray::new([const { Guard::new() }; MAX_SLOTS]),
-            hints: [const { AtomicU32::new(0) }; CLASS_COUNT * STREAMS],
+            hints: [const { AtomicU32::new(0) }; CLASS_COUNT * MAX_STREAMS],
             granules: GranuleTable::new(),
             empties: EmptySlots::new(),
             exhausted: AtomicU32::new(0),
@@ -265,6 +290,12 @@ impl DeviceHeap {
         self.config.slot_count.load_config()
     }
 
+    /// Search streams per class (a power of two; 1 for an unbound heap).
+    #[inline(always)]
+    fn streams(&self) -> u32 {
+        self.config.streams.load_config().max(1)
+    }
+
     #[inline(always)]
     fn provider(&self) -> ProviderKind {
         ProviderKind::from_raw(self.config.provider.load_config())
@@ -280,6 +311,7 @@ impl DeviceHeap {
         c.region_base.store(v.region_base, Ordering::Relaxed);
         c.region_len.store(v.region_len, Ordering::Relaxed);
         c.slot_count.store(v.slot_count, Ordering::Relaxed);
+        c.streams.store(v.streams, Ordering::Relaxed);
         self.mailbox.bind(v.mailbox, v.port_count);
     }
 
@@ -294,6 +326,7 @@ impl DeviceHeap {
             region_base: c.region_base.load(Ordering::Relaxed),
             region_len: c.region_len.load(Ordering::Relaxed),
             mailbox,
+            streams: c.streams.load(Ordering::Relaxed),
         }
     }
 
@@ -595,7 +628,7 @@ impl DeviceHeap {
                 && after < g.usable
                 && (after == 0 || after + blocks_freed >= g.usable)
             {
-                self.class_hint(class_index(g.block), search::stream())
+                self.class_hint(class_index(g.block), self.stream())
                     .store(slot + 1, Ordering::Relaxed);
             }
         }

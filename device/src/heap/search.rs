@@ -47,10 +47,14 @@
 //! slept: one creation per class at a time.)
 //!
 //! # Spreading
-//! Each class has `STREAMS` hints, one per stream of SMs (`sm_id %
-//! STREAMS`); a search starts at its stream's hint (else the class's,
-//! stream 0's), so warps on different SMs start at different slabs of a
-//! class once it has several. The slots after the hint are passed with one
+//! Each class has a hint per stream — the heap keeps one stream per 8
+//! resident warps (`HeapConfig::streams`; 1 024 on an H200) and a warp's
+//! stream is its warp slot modulo their number — and a search starts at its
+//! stream's hint (else the class's, stream 0's), so warps running at once
+//! start at different slabs of a class once it has several. (A stream per
+//! SM's worth of warps, 16 of them a hint in the contention test, took
+//! 7.2 to 13.2 guard RMWs per warp-pair at 8 KiB, warm; one hint for all,
+//! 13.4.) The slots after the hint are passed with one
 //! load when full, and so are creations of other classes and creations
 //! that will have no room for the group (`Guard::worth_a_lock`: a group
 //! that registered on those only inflated their counts, so that their own
@@ -65,8 +69,9 @@
 //! group → locked and released by mallocs and frees; a release to zero
 //! leaves it published and empty, marks it in `empties` and points the
 //! freeing stream's hint at it → its class takes it again (a lock of a zero
-//! count: revived in place), found by a hint or, from a claim, among the
-//! marks (`own_empty`); or, once the provider refuses, a claim of another
+//! count: revived in place), found by a hint or, from a scan about to
+//! claim an empty slot, among the marks (`look_or_claim`, `own_with_room`);
+//! or, once the provider refuses, a claim of another
 //! class takes it over (`Guard::reclaim`: a CAS of the live zero count to
 //! dead), empties the slot and uses the slab for its own; or `trim`, or a
 //! refused large block (`give_back_empties`), gives it back to the host. A
@@ -100,7 +105,7 @@
 //! found until memory comes back (a free into a full slab points the hint
 //! at it).
 
-use super::{DeviceHeap, STREAMS};
+use super::DeviceHeap;
 use crate::abi::ProviderKind;
 use crate::granule::Granule;
 use crate::guard::{Creation, Lock, MAX_TRIES, creation_tag};
@@ -119,7 +124,7 @@ const _: () = assert!(simt::WARP_SIZE <= FIT_MASK);
 /// index or the FOUND word.
 const OUTCOME_SHIFT: u32 = 29;
 const WORD_MASK: u32 = (1 << OUTCOME_SHIFT) - 1;
-const _: () = assert!(RETRY < 1 << (32 - OUTCOME_SHIFT));
+const _: () = assert!(LOOK < 1 << (32 - OUTCOME_SHIFT));
 const _: () = assert!(super::MAX_SLOTS as u64 <= WORD_MASK as u64);
 const _: () = assert!((crate::size_class::SLAB_SIZE >> 4) << FIT_BITS <= WORD_MASK as u64);
 
@@ -143,6 +148,11 @@ const NO_MEMORY: u32 = 3;
 /// Outcome: scan again (a slot being created was met, or a slab — a new one
 /// included — had room for fewer lanes than the group).
 const RETRY: u32 = 4;
+/// Outcome of a scan: it met an empty slot (the slot in
+/// `Found::reserved`) that it would claim; the group looks for an emptied
+/// slab of its class first (`look_or_claim`), and claims the slot only if
+/// there is none.
+const LOOK: u32 = 5;
 
 /// `create_alone`'s word for "the claim was given up for an emptied slab
 /// of the class, which this stream's hint now names": the group searches
@@ -194,11 +204,14 @@ fn wait_for_creation(guard: &crate::guard::Guard) -> bool {
     true
 }
 
-/// The caller's stream: which of its class's hints its search starts from
-/// (its SM's, so that warps on different SMs spread over a class's slabs).
-#[inline(always)]
-pub(super) fn stream() -> usize {
-    simt::sm_id() as usize % STREAMS
+impl DeviceHeap {
+    /// The caller's stream: which of its class's hints its search starts
+    /// from — its warp slot modulo the heap's streams (a power of two), so
+    /// that warps running at once spread over a class's slabs.
+    #[inline(always)]
+    pub(super) fn stream(&self) -> usize {
+        (simt::warp_slot() & (self.streams() - 1)) as usize
+    }
 }
 
 /// What a lane's scan or creation found: a slab and a reservation on it.
@@ -237,7 +250,9 @@ impl DeviceHeap {
     /// beyond the table (the host shrank it) is no hint.
     #[inline(always)]
     fn hint(&self, class: usize, slot_count: u32) -> u32 {
-        let own = self.class_hint(class, stream()).load(Ordering::Relaxed);
+        let own = self
+            .class_hint(class, self.stream())
+            .load(Ordering::Relaxed);
         if own.wrapping_sub(1) < slot_count {
             return own - 1;
         }
@@ -283,6 +298,9 @@ impl DeviceHeap {
             class = simt::opaque_u32(class as u32) as usize;
             let group = simt::match_any_u32(pending, class as u32);
             let (mut found, mut outcome) = heap.scan(group, class);
+            if outcome == LOOK {
+                outcome = heap.look_or_claim(group, found.reserved, class);
+            }
             if outcome == CLAIMED || outcome == NOTHING {
                 // Claimed: `found.reserved` is the claimed slot. Nothing:
                 // the group takes an empty slab over in its slot. Either
@@ -358,13 +376,13 @@ impl DeviceHeap {
                     FOUND,
                 )
             }
-            CLAIMED => (
+            CLAIMED | LOOK => (
                 Found {
                     slab: 0,
                     reserved: word,
                     uniform: group,
                 },
-                CLAIMED,
+                outcome,
             ),
             _ => (Found::NONE, outcome),
         }
@@ -409,6 +427,12 @@ impl DeviceHeap {
             // an empty slab are worth a lock only to claim it, to count on
             // its creation, or to find the empty slab ours.
             if offset == 0 || guard.worth_a_lock(class as u32, geo.usable, n, may_claim) {
+                // An empty slot, about to be claimed: first the class's
+                // emptied slabs elsewhere are looked at (LOOK, out of the
+                // loop: `look_or_claim`).
+                if may_claim && guard.is_empty() {
+                    return (0, (LOOK << OUTCOME_SHIFT) | index);
+                }
                 match guard.lock(n, claim) {
                     Lock::Acquired { slab, count } => {
                         // `count` is after our `n`: the slab had `base`.
@@ -432,7 +456,7 @@ impl DeviceHeap {
                                 self.counters.slabs_revived.fetch_add(1);
                             }
                             if offset != 0 {
-                                self.class_hint(class, stream())
+                                self.class_hint(class, self.stream())
                                     .store(index + 1, Ordering::Relaxed);
                             }
                             return (slab, (FOUND << OUTCOME_SHIFT) | (base << FIT_BITS) | fit);
@@ -447,7 +471,14 @@ impl DeviceHeap {
                         // whole new scan — not past it: its slab may be
                         // the room an exhausted heap has left.
                         None if retries < MAX_TRIES => {
-                            simt::snooze_after(retries);
+                            // Polled with loads until the claim tags it
+                            // (or it is published or given up): locking it
+                            // again would add our lanes again, one RMW a
+                            // poll on a word that the claim's own groups
+                            // hit too.
+                            while guard.is_untagged_claim() {
+                                simt::snooze_after(retries);
+                            }
                             retries += 1;
                             continue;
                         }
@@ -499,6 +530,52 @@ impl DeviceHeap {
             offset += 1;
         }
         (0, NOTHING << OUTCOME_SHIFT)
+    }
+
+    /// The scan of `group` (all calling) met empty slot `index`, which it
+    /// would claim for `class`. Before it does, its leader looks for an
+    /// emptied slab of the class with room among the `empties` marks
+    /// (`own_with_room`): one found, the caller's stream's hint names it and the group scans
+    /// again from there (RETRY), putting it back to use in place; none, the
+    /// leader claims the slot (CLAIMED: the group creates a slab in it) or,
+    /// if another group took it first, RETRY.
+    ///
+    /// Out of the scan's loop, so that its registers are not the loop's
+    /// (inside it, `alloc_free` spilled on sm_80; ptxas, 2026-12-05). Before
+    /// this, a scan claimed the slot first and `create_alone` looked after:
+    /// the claim gave up for the slab it found, but groups of the class had
+    /// registered on it meanwhile and waited for nothing — in the
+    /// contention test's warm launch at 8 KiB, 316 claims given up and
+    /// 13 070 registrations (6.4 guard RMWs per warp-pair).
+    fn look_or_claim(&self, group: u32, index: u32, class: usize) -> u32 {
+        let leader = simt::leader(group);
+        let mut outcome = RETRY;
+        if simt::lane_id() == leader {
+            outcome = match self.own_with_room(class) {
+                Some(empty) => {
+                    self.class_hint(class, self.stream())
+                        .store(empty + 1, Ordering::Relaxed);
+                    RETRY
+                }
+                None => {
+                    let n = group.count_ones();
+                    match self.slot(index).lock(n, creation_tag(class, n)) {
+                        Lock::Claimed => CLAIMED,
+                        Lock::Acquired { .. } => {
+                            // Published since: the scan finds it again.
+                            self.release_slot(index, n);
+                            RETRY
+                        }
+                        Lock::Emptied => {
+                            self.empties.mark(index);
+                            RETRY
+                        }
+                        _ => RETRY,
+                    }
+                }
+            };
+        }
+        simt::shfl_u32(group, outcome, leader)
     }
 
     /// The lanes of `group` (all calling) claimed slot `index`: they get a
@@ -556,9 +633,9 @@ impl DeviceHeap {
         // given up, this stream's hint points at that slab, and the group
         // searches again, finding it there and putting it back to use in
         // place — no takeover, no rebuild, no host.
-        if let Some(empty) = self.own_empty(class) {
+        if let Some(empty) = self.own_with_room(class) {
             self.slot(index).abandon();
-            self.class_hint(class, stream())
+            self.class_hint(class, self.stream())
                 .store(empty + 1, Ordering::Relaxed);
             return REDIRECTED;
         }
@@ -572,7 +649,7 @@ impl DeviceHeap {
                 // start slot (its first claim's) — the newest, which the
                 // hints name, may be full while older ones have room.
                 let first = start_slot(class, self.slot_count()) + 1;
-                self.class_hint(class, stream())
+                self.class_hint(class, self.stream())
                     .store(first, Ordering::Relaxed);
                 self.class_hint(class, 0).store(first, Ordering::Relaxed);
                 0
@@ -597,7 +674,7 @@ impl DeviceHeap {
             self.slot(index).publish(slab, n);
             // The creators' stream and the class: a stream with no hint of
             // its own starts at the class's newest slab.
-            self.class_hint(class, stream())
+            self.class_hint(class, self.stream())
                 .store(index + 1, Ordering::Relaxed);
             self.class_hint(class, 0)
                 .store(index + 1, Ordering::Relaxed);
@@ -659,15 +736,19 @@ impl DeviceHeap {
             .map(|(_, slab, clean)| (slab, clean))
     }
 
-    /// A slot marked in `empties` whose slab is of `class` and empty now,
-    /// among the first `OWN_CLASS_CHECKS` marks (its mark left: the
-    /// revival that follows is a lock like any other, and a slab that goes
-    /// empty again needs its mark). Read without a reference — the count,
-    /// the slot's word, the header's block size — so a hint: the search
-    /// that follows locks the slab and checks again. `None` when none of
-    /// them is.
-    fn own_empty(&self, class: usize) -> Option<u32> {
-        let block = geometry(class).block;
+    /// A slot marked in `empties` whose slab is of `class` and has room now
+    /// — empty, or put back to use since it emptied (a mark stays when its
+    /// class revives the slab: a slab that goes empty again needs it) —
+    /// among the first `OWN_CLASS_CHECKS` marks. Read without a reference —
+    /// the count, the slot's word, the header's block size — so a hint:
+    /// the search that follows locks the slab and checks again. `None` when
+    /// none of them is. (Empty ones only, it missed slabs of the class that
+    /// other groups had just revived, behind the searching group's hint: a
+    /// claim then asked the host while the class had room,
+    /// `classes_keep_their_emptied_slabs_while_the_host_has_memory`.)
+    fn own_with_room(&self, class: usize) -> Option<u32> {
+        let geo = geometry(class);
+        let block = geo.block;
         self.empties
             .find(self.slot_count(), OWN_CLASS_CHECKS, |slot| {
                 let guard = self.slot(slot);
@@ -676,7 +757,7 @@ impl DeviceHeap {
                     // which no kernel runs during.
                     unsafe { Slab(slab).block_hint() == block }
                 };
-                guard.use_count() == 0 && guard.peek().is_some_and(of_block)
+                guard.use_count() < geo.usable && guard.peek().is_some_and(of_block)
             })
     }
 
