@@ -9,10 +9,10 @@ mod support;
 use support::{assert_clean, assert_empty, buffer, errors, heap, read, run, stats};
 use warpalloc::{Heap, HeapStats};
 use warpalloc_device::sim::{Convergence, LaunchConfig, LaunchStats, seeds};
-use warpalloc_device::size_class::SLAB_SIZE;
+use warpalloc_device::size_class::{SLAB_SIZE, block_size, class_index, geometry};
 use warpalloc_host::Buffer;
 use warpalloc_kernels_tests::stress::{
-    STATS_WORDS, SWEEP_SIZES, Stats, aligned, bad_input, churn, drain, drain_transfer,
+    STATS_WORDS, SWEEP_SIZES, Stats, aligned, alloc_free, bad_input, churn, drain, drain_transfer,
     duplicate_frees, fill, free_only, freed_queries, malloc_free_once, malloc_only, malloc_sizes,
     resize, size_sweep,
 };
@@ -1224,4 +1224,45 @@ fn a_full_table_of_empty_slabs_serves_a_new_class() {
     assert_eq!(after.rpc.allocs, before.rpc.allocs, "the host was asked");
     free_warp(&mut heap, &got);
     assert_empty(&mut heap, "full table of empty slabs");
+}
+
+/// Whole warps asking for a class whose slab holds fewer blocks than a
+/// warp has lanes (64 KiB: 31 a slab) take the room existing slabs have:
+/// a search that wanted room for the whole group passed every slab — an
+/// emptied one too — and created a slab for each malloc (`warpalloc
+/// stress`'s `resize` took 27 s instead of 0.06; `guard::admission`).
+#[test]
+fn groups_larger_than_a_slab_take_the_room_there_is() {
+    let size = 64 << 10;
+    let usable = geometry(class_index(block_size(size))).usable;
+    assert!(usable < 32, "64 KiB: {usable} blocks a slab");
+    let mut heap = heap(4 << 30, 4096);
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    // 8 warps, converged: every group is a whole warp.
+    let cfg = LaunchConfig::linear(1, 256)
+        .seed(0x64)
+        .convergence(Convergence::Converged);
+    let rounds = 8;
+    run(
+        &mut heap,
+        &cfg,
+        alloc_free::Args {
+            stats: stats_buf.kernel_ptr(),
+            size,
+            rounds,
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_clean(&s, errors(&heap), "64 KiB groups");
+    assert_eq!(s.allocs, 256 * u64::from(rounds), "{s:?}");
+    let st = heap.stats().expect("stats");
+    // At most every lane's block at once: 256 ÷ 31, 9 slabs, and some room
+    // for timing; a slab per group-malloc would be 64.
+    let demand = 256u64.div_ceil(u64::from(usable));
+    assert!(
+        st.traffic.slabs_from_provider <= 2 * demand,
+        "{} slabs from the host for a demand of {demand}: {st:?}",
+        st.traffic.slabs_from_provider
+    );
+    assert_empty(&mut heap, "64 KiB groups");
 }

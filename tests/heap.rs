@@ -352,14 +352,14 @@ fn a_config_out_of_range_is_refused_with_its_range() {
                 streams: Some(3),
                 ..HeapConfig::default()
             },
-            "streams is 3; it must be a power of two, 1..=1024",
+            "streams is 3; it must be a power of two, 1..=8192",
         ),
         (
             HeapConfig {
-                streams: Some(2048),
+                streams: Some(16_384),
                 ..HeapConfig::default()
             },
-            "streams is 2048; it must be a power of two, 1..=1024",
+            "streams is 16384; it must be a power of two, 1..=8192",
         ),
         (
             HeapConfig {

@@ -105,6 +105,9 @@ pub struct DeviceConfig {
     /// Search streams per class (a power of two, ≤ `heap::MAX_STREAMS`).
     pub(crate) streams: AtomicU32,
     _reserved: AtomicU32,
+    /// The hint table's device address: `CLASS_COUNT × streams` words,
+    /// which the host allocates beside the heap (0: none, an unbound heap).
+    pub(crate) hints: AtomicU64,
 }
 
 impl DeviceConfig {
@@ -118,6 +121,7 @@ impl DeviceConfig {
             region_len: AtomicU64::new(0),
             streams: AtomicU32::new(0),
             _reserved: AtomicU32::new(0),
+            hints: AtomicU64::new(0),
         }
     }
 }
@@ -142,18 +146,22 @@ pub struct ConfigValues {
     /// per group of resident warps (`heap::stream_count_for`); a power of
     /// two, 1..=`heap::MAX_STREAMS`.
     pub streams: u32,
+    /// Device address of the hint table: [`crate::heap::hint_table_bytes`]
+    /// of `streams`, zeroed, 4-byte aligned (0: none — the heap is then
+    /// unbound, whatever `slot_count` says).
+    pub hints: u64,
 }
 
 impl ConfigValues {
     /// The values with every field in range: slots 1..=MAX_SLOTS (0 stays 0,
-    /// an unbound heap), ports ≤ MAX_PORTS, region ≤
+    /// an unbound heap, and so does a heap with no hint table), ports ≤ MAX_PORTS, region ≤
     /// MAX_REGION and ending below `guard::SLOT_ADDR_LIMIT` (a slot names
     /// its slab in 32 bits; no GPU address comes near it), an unknown
     /// provider as `Unbound`.
     pub fn clamped(self) -> ConfigValues {
         use crate::heap::{MAX_REGION, MAX_SLOTS};
         ConfigValues {
-            slot_count: if self.slot_count == 0 {
+            slot_count: if self.slot_count == 0 || self.hints == 0 {
                 0
             } else {
                 self.slot_count.min(MAX_SLOTS as u32)
@@ -384,7 +392,7 @@ pub struct Layout {
     pub pool: u64,
     /// The slot table.
     pub slots: u64,
-    /// The per-class hints.
+    /// The hint table's address (a `u64` in the configuration).
     pub hints: u64,
     /// The granule table.
     pub granules: u64,
@@ -402,7 +410,7 @@ pub struct Layout {
 /// Words of [`Layout::words`].
 pub const LAYOUT_WORDS: usize = 15;
 /// Word 0 of [`Layout::words`]: "WAHEAP" and a format number.
-pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0003;
+pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0004;
 
 impl Layout {
     /// The layout as the words of the `WARPALLOC_HEAP_LAYOUT` global:

@@ -29,7 +29,7 @@
 //! | granule | a 2 MiB unit of the region; the granule table says what each one is |
 //! | slot | an entry of the slot table: a reference-counted guard publishing one slab |
 //! | empty slab | a published slab with no live block: its class reuses it in place; once the host refuses, a claim elsewhere takes it over; `trim` gives it back |
-//! | stream | warps that share a class's search hint (warp slot % the heap's streams, one per 8 resident warps): warps running at once start at different slabs |
+//! | stream | warps that share a class's search hint (warp slot % the heap's streams, one per resident warp): warps running at once start at different slabs |
 //! | pool | slabs the host mapped before launch (pool mode), a stack on the device |
 //! | mailbox, port | the RPC channel to the host in pinned host memory; a port per warp at a time |
 //! | lane_mask | the lanes that are here, calling together |
@@ -66,6 +66,8 @@ pub mod abi;
 #[cfg(not(loom))]
 mod api;
 pub mod empty;
+#[cfg(not(loom))]
+pub mod event;
 #[cfg(not(loom))]
 pub mod granule;
 pub mod guard;

@@ -57,13 +57,13 @@ enum Op {
     Load,
     Store,
     Rmw,
-    /// Not counted: a switch point only.
+    /// Counted as `fences` (any scope).
     Fence,
 }
 
 /// Called before every operation: on the host, counts it (the launch's
-/// `atomic_loads`/`_stores`/`_rmws`, and its `sys_*` too when `sys`: an
-/// operation at system scope; a read-modify-write against `addr` when the
+/// `atomic_loads`/`_stores`/`_rmws`/`fences`, and its `sys_*` too when
+/// `sys`: an operation at system scope; a read-modify-write against `addr` when the
 /// launch counts addresses) and is a simulator switch point.
 #[inline(always)]
 #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
@@ -71,14 +71,12 @@ fn hook(op: Op, sys: bool, addr: usize) {
     #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
     {
         let access = match op {
-            Op::Load => Some(warpalloc_sim::Access::Load),
-            Op::Store => Some(warpalloc_sim::Access::Store),
-            Op::Rmw => Some(warpalloc_sim::Access::Rmw),
-            Op::Fence => None,
+            Op::Load => warpalloc_sim::Access::Load,
+            Op::Store => warpalloc_sim::Access::Store,
+            Op::Rmw => warpalloc_sim::Access::Rmw,
+            Op::Fence => warpalloc_sim::Access::Fence,
         };
-        if let Some(access) = access {
-            warpalloc_sim::count_access_at(access, sys, addr);
-        }
+        warpalloc_sim::count_access_at(access, sys, addr);
         warpalloc_sim::switch_point();
     }
     #[cfg(any(target_arch = "nvptx64", loom))]

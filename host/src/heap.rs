@@ -61,7 +61,7 @@ use warpalloc_device::abi::{
     ConfigValues, Errors, HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout, ProviderKind, Traffic,
 };
 use warpalloc_device::heap::{
-    Census, LAYOUT, MAX_REGION, MAX_SLOTS, MAX_STREAMS, SlabMemory, WARPS_PER_STREAM,
+    Census, LAYOUT, MAX_REGION, MAX_SLOTS, MAX_STREAMS, SlabMemory, hint_table_bytes,
     stream_count_for,
 };
 use warpalloc_device::registry;
@@ -104,11 +104,11 @@ pub struct HeapConfig {
     /// RPC ports (default: one per resident warp of the device, at most
     /// 4096; 32 on the emulated device).
     pub ports: Option<u32>,
-    /// Search streams per size class, a power of two up to 1 024: each
+    /// Search streams per size class, a power of two up to 8 192: each
     /// class keeps a hint (the slab it last found room in) per stream, and
     /// a warp searches from its stream's (its warp slot modulo the
     /// streams), so that warps running at once start at different slabs.
-    /// Default: one per 8 resident warps of the device (1 024 on an H200; 4
+    /// Default: one per resident warp of the device (8 192 on an H200; 32
     /// on the emulated device).
     pub streams: Option<u32>,
 }
@@ -139,7 +139,7 @@ impl HeapConfig {
         {
             return bad(format!(
                 "streams is {streams}; it must be a power of two, 1..={MAX_STREAMS} (None: one \
-                 per {WARPS_PER_STREAM} resident warps)"
+                 per resident warp)"
             ));
         }
         if let Some(reserve) = self.reserve
@@ -392,6 +392,9 @@ pub struct Heap {
     _registered: Option<registry::Registration>,
     /// The `DeviceHeap`, in device memory.
     state: Box<dyn Allocation>,
+    /// Its hint table (`hint_table_bytes` of its streams), in device
+    /// memory beside it: the device reads and writes it, the host never.
+    _hints: Box<dyn Allocation>,
     mailbox: Box<dyn HostMapping>,
     region: SharedRegion,
     counters: Arc<Counters>,
@@ -535,6 +538,10 @@ impl Heap {
             )));
         }
         let state = device.alloc_zeroed(size_of::<DeviceHeap>())?;
+        let streams = config
+            .streams
+            .unwrap_or_else(|| stream_count_for(device.info().resident_warps()));
+        let hints = device.alloc_zeroed(hint_table_bytes(streams) as usize)?;
         let ports = config
             .ports
             .unwrap_or_else(|| wire::port_count_for(device.info().resident_warps()));
@@ -561,9 +568,8 @@ impl Heap {
                 Mode::Pool { .. } => ProviderKind::Pool,
             } as u32,
             port_count: ports,
-            streams: config
-                .streams
-                .unwrap_or_else(|| stream_count_for(device.info().resident_warps())),
+            streams,
+            hints: hints.addr(),
             region_base: base,
             region_len: len,
             mailbox: mailbox.device(),
@@ -607,6 +613,7 @@ impl Heap {
             links: Mutex::new(Vec::new()),
             _registered: registered,
             state,
+            _hints: hints,
             mailbox,
             region,
             counters,

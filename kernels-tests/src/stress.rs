@@ -515,26 +515,41 @@ kernel! {
         // SAFETY: null is always accepted.
         unsafe { free(core::ptr::null_mut()) };
         let p = malloc(40);
-        if p.is_null() {
+        let mine = !p.is_null();
+        if !mine {
             count(stats, 2, 1);
-            return;
         }
-        // SAFETY: ours; every free but the second is bad input under test,
-        // which the allocator must survive without touching memory: a
-        // pointer into the block's middle (an invalid free, which frees
-        // nothing: the block stays live and intact, and the free of `p`
-        // that follows is the real one; a `realloc` of it is refused, an
-        // invalid free too, and its usable size is 0), a double free, a
+        // Every lane of the warp holds its block before any frees, and
+        // every real free is done before any double free: a block freed
+        // here and handed out again to another lane of the warp (a later
+        // malloc starts at the warp's own bitfield word) would make that
+        // lane's double free a real one, of the other lane's block — no
+        // allocator without a tag per allocation can tell those apart.
+        simt::syncwarp(simt::warp_mask());
+        // SAFETY: ours; every free but the first `free(p)` is bad input
+        // under test, which the allocator must survive without touching
+        // memory: a pointer into the block's middle (an invalid free, which
+        // frees nothing: the block stays live and intact, and the free of
+        // `p` that follows is the real one; a `realloc` of it is refused,
+        // an invalid free too, and its usable size is 0), a double free, a
         // pointer the heap never handed out.
         unsafe {
-            write_pattern(p, 40, 7, 7);
-            free(p.wrapping_add(8));
-            broken(!warpalloc_device::realloc(p.wrapping_add(8), 64).is_null());
-            broken(usable_size(p.wrapping_add(8)) != 0);
-            broken(usable_size(p) < 40 || !check_pattern(p, 40, 7, 7));
-            free(p);
-            free(p);
+            if mine {
+                write_pattern(p, 40, 7, 7);
+                free(p.wrapping_add(8));
+                broken(!warpalloc_device::realloc(p.wrapping_add(8), 64).is_null());
+                broken(usable_size(p.wrapping_add(8)) != 0);
+                broken(usable_size(p) < 40 || !check_pattern(p, 40, 7, 7));
+                free(p);
+            }
+            simt::syncwarp(simt::warp_mask());
+            if mine {
+                free(p);
+            }
             free(core::ptr::with_exposed_provenance_mut(foreign as usize));
+        }
+        if !mine {
+            return;
         }
         count(stats, 1, 1);
     }

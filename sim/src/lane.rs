@@ -88,7 +88,14 @@ pub enum Access {
     Store,
     /// A read-modify-write: swap, compare-exchange, fetch-op.
     Rmw,
+    /// A memory fence (any scope).
+    Fence,
 }
+
+/// Event counters a launch keeps for the code it runs
+/// ([`count_event`], `LaunchStats::events`): the code names its events by
+/// index.
+pub const EVENTS: usize = 16;
 
 /// A worker's counts of its lanes' atomic accesses: all of them, and of
 /// those the ones at system scope (what the host sees while kernels run).
@@ -100,8 +107,11 @@ pub(crate) struct Accesses {
     pub(crate) sys_loads: AtomicU64,
     pub(crate) sys_stores: AtomicU64,
     pub(crate) sys_rmws: AtomicU64,
+    pub(crate) fences: AtomicU64,
     /// Nanoseconds of `nanosleep` the lanes asked for.
     pub(crate) sleep_ns: AtomicU64,
+    /// The code's own events ([`count_event`]).
+    pub(crate) events: [AtomicU64; EVENTS],
     /// Read-modify-writes per address, when the launch counts them (one
     /// map shared by the workers).
     pub(crate) by_address: Option<Arc<Mutex<HashMap<usize, u64>>>>,
@@ -257,12 +267,21 @@ fn count(access: Access, sys: bool) {
             Access::Load => (&a.loads, &a.sys_loads),
             Access::Store => (&a.stores, &a.sys_stores),
             Access::Rmw => (&a.rmws, &a.sys_rmws),
+            Access::Fence => (&a.fences, &a.fences),
         };
         all.fetch_add(1, Ordering::Relaxed);
-        if sys {
+        if sys && access != Access::Fence {
             system.fetch_add(1, Ordering::Relaxed);
         }
     });
+}
+
+/// Counts one occurrence of event `index` (taken modulo [`EVENTS`]) of the
+/// running lane's launch (`LaunchStats::events`): what the simulated code
+/// wants counted beyond memory accesses — a search's rounds, say. Outside
+/// a launch, nothing. Not a switch point.
+pub fn count_event(index: usize) {
+    let _ = with_ctx(|c| c.accesses.events[index % EVENTS].fetch_add(1, Ordering::Relaxed));
 }
 
 /// A switch point: call before every atomic and fence. The scheduler may run

@@ -34,6 +34,10 @@ pub struct LaunchStats {
     /// Nanoseconds of `nanosleep` the lanes asked for (the simulator does
     /// not wait them: a sleep is a switch point).
     pub sleep_ns: u64,
+    /// Memory fences by lanes (any scope).
+    pub fences: u64,
+    /// The code's own events, by index ([`crate::count_event`]).
+    pub events: [u64; crate::lane::EVENTS],
     /// With `LaunchConfig::count_addresses`: the read-modify-writes on
     /// addresses in `LaunchConfig::watch`.
     pub watched_rmws: u64,
@@ -124,6 +128,10 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         totals.sys_stores += s.sys_stores;
         totals.sys_rmws += s.sys_rmws;
         totals.sleep_ns += s.sleep_ns;
+        totals.fences += s.fences;
+        for (total, n) in totals.events.iter_mut().zip(s.events) {
+            *total += n;
+        }
         totals.lanes += s.lanes;
         totals.warps += s.warps;
         totals.blocks += s.blocks;
@@ -190,6 +198,8 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         Some(kind) => Err(fail(kind)),
         None => Ok(LaunchStats {
             sleep_ns: totals.sleep_ns,
+            fences: totals.fences,
+            events: totals.events,
             watched_rmws,
             watched_hottest,
             steps: totals.steps,

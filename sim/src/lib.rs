@@ -75,9 +75,9 @@ mod worker;
 pub use config::{CONVERGED_PATIENCE, Convergence, DEFAULT_CAPABILITY, Fibers, LaunchConfig};
 pub use error::{LaneReport, LaneState, SimError, SimErrorKind};
 pub use lane::{
-    Access, activemask, ballot, binding, block_dim, block_idx, capability, clock, count_access_at,
-    grid_dim, in_launch, kernel_name, lane_id, match_any, shfl, sleep, switch_point, syncwarp,
-    thread_idx, warp_id,
+    Access, EVENTS, activemask, ballot, binding, block_dim, block_idx, capability, clock,
+    count_access_at, count_event, grid_dim, in_launch, kernel_name, lane_id, match_any, shfl,
+    sleep, switch_point, syncwarp, thread_idx, warp_id,
 };
 pub use launch::{LaunchStats, launch};
 

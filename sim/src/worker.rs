@@ -132,6 +132,8 @@ pub(crate) struct WorkerStats {
     pub(crate) sys_stores: u64,
     pub(crate) sys_rmws: u64,
     pub(crate) sleep_ns: u64,
+    pub(crate) fences: u64,
+    pub(crate) events: [u64; crate::lane::EVENTS],
     pub(crate) collectives: u64,
     pub(crate) lanes: u64,
     pub(crate) warps: u64,
@@ -211,6 +213,10 @@ impl<'a> Worker<'a> {
         self.stats.sys_stores = self.accesses.sys_stores.load(Ordering::Relaxed);
         self.stats.sys_rmws = self.accesses.sys_rmws.load(Ordering::Relaxed);
         self.stats.sleep_ns = self.accesses.sleep_ns.load(Ordering::Relaxed);
+        self.stats.fences = self.accesses.fences.load(Ordering::Relaxed);
+        for (total, event) in self.stats.events.iter_mut().zip(&self.accesses.events) {
+            *total = event.load(Ordering::Relaxed);
+        }
         self.stats
     }
 

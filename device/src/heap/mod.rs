@@ -9,7 +9,8 @@
 //!   ├── mailbox     where the host's RPC ports are, and their lock bits
 //!   ├── pool        slabs mapped before launch (pool mode), a lock-free stack
 //!   ├── slots[]     32 768 guards (8 B: slab word, count) → slabs (64 GiB)
-//!   ├── hints[]     per size class and stream (warp slot % streams): the slot
+//!   ├── (hints)     the address of a table beside the heap, per size class
+//!   │               and stream (warp slot % streams): the slot
 //!   │               that served that stream last
 //!   ├── granules[]  per 2 MiB granule of the region (≤ 512 GiB): Unused | Slab(slot) |
 //!   │               Large(granules) | Freed — what `free` may touch
@@ -85,19 +86,23 @@ use crate::sync::{AtomicU32, Ordering, SharedArray};
 /// over a size's blocks by SM). Stream 0's hint is also the class's:
 /// creations and frees into full slabs move it, and a stream with no hint
 /// of its own starts there.
-pub const MAX_STREAMS: usize = 1024;
+pub const MAX_STREAMS: usize = 8192;
 const _: () = assert!(MAX_STREAMS.is_power_of_two() && MAX_STREAMS <= 1 << 16);
-/// Resident warps per stream, by default: one hint serves eight warps, the
-/// blocks of about a warp of 32 lanes each at 8 KiB (an 8 KiB slab holds
-/// 255). Measured with the contention test (512 resident warps, warm
-/// launch, 8 KiB): a stream per SM's worth of warps (32 streams, 16 warps
-/// each) took 8.6 to 10.6 guard RMWs per warp-pair, 8 warps a stream (64
-/// streams) 5.8 to 7.5, one warp a stream 4.6 to 5.9 (BENCHMARKS.md).
-pub const WARPS_PER_STREAM: u64 = 8;
+/// Resident warps per stream, by default: a hint per warp. Warps that
+/// share a hint arrive at its slab together and race for its room: in the
+/// contention test's warm launches (2026-12-05, 512 resident warps), 8 warps
+/// a stream took 0.98 to 1.33 locks of a full slab per warp-malloc at 8 KiB
+/// and 4.8 to 5.9 guard RMWs per warp-pair, one warp a stream 0.13 to 0.47
+/// and 3.9 to 5.4; at 1 KiB, 3.5 against 3.0 (BENCHMARKS.md). The price is
+/// the hints' memory: 46 classes × 8 192 × 4 B, 1.5 MiB beside the device
+/// heap on an H200 (a table the host sizes to the streams: 5.9 KiB for the
+/// emulated device's 32), which the host does not copy when it reads the
+/// heap.
+pub const WARPS_PER_STREAM: u64 = 1;
 
 /// The search streams for a device of `resident_warps`: one per
 /// [`WARPS_PER_STREAM`], rounded up to a power of two, 1..=[`MAX_STREAMS`]
-/// (an H200's 8 448 resident warps: 1 024).
+/// (an H200's 8 448 resident warps: 8 192; the emulated device's 32: 32).
 pub const fn stream_count_for(resident_warps: u64) -> u32 {
     let want = resident_warps.div_ceil(WARPS_PER_STREAM);
     let want = if want == 0 { 1 } else { want };
@@ -108,8 +113,14 @@ pub const fn stream_count_for(resident_warps: u64) -> u32 {
         pow as u32
     }
 }
-const _: () = assert!(stream_count_for(0) == 1 && stream_count_for(8448) == 1024);
-const _: () = assert!(stream_count_for(512) == 64 && stream_count_for(32) == 4);
+/// Bytes of the hint table for `streams` streams (a `u32` per class and
+/// stream), which the host allocates, zeroed, beside the heap.
+pub const fn hint_table_bytes(streams: u32) -> u64 {
+    (CLASS_COUNT as u64) * (streams as u64) * 4
+}
+
+const _: () = assert!(stream_count_for(0) == 1 && stream_count_for(8448) == 8192);
+const _: () = assert!(stream_count_for(512) == 512 && stream_count_for(32) == 32);
 
 /// Slots in the table: 32 768 × 2 MiB = 64 GiB of slabs.
 pub const MAX_SLOTS: usize = 32_768;
@@ -144,7 +155,6 @@ pub struct DeviceHeap {
     mailbox: Mailbox,
     pool: SlabPool<REGION_GRANULES>,
     slots: SharedArray<Guard, MAX_SLOTS>,
-    hints: [AtomicU32; CLASS_COUNT * MAX_STREAMS],
     granules: GranuleTable<REGION_GRANULES>,
     empties: EmptySlots<{ MAX_SLOTS / 32 }>,
     /// Set when the provider refused a slab, to the memory generation the
@@ -173,7 +183,8 @@ pub const LAYOUT: Layout = Layout {
     mailbox: core::mem::offset_of!(DeviceHeap, mailbox) as u64,
     pool: core::mem::offset_of!(DeviceHeap, pool) as u64,
     slots: core::mem::offset_of!(DeviceHeap, slots) as u64,
-    hints: core::mem::offset_of!(DeviceHeap, hints) as u64,
+    hints: (core::mem::offset_of!(DeviceHeap, config) + core::mem::offset_of!(DeviceConfig, hints))
+        as u64,
     granules: core::mem::offset_of!(DeviceHeap, granules) as u64,
     empties: core::mem::offset_of!(DeviceHeap, empties) as u64,
     refusal: core::mem::offset_of!(DeviceHeap, exhausted) as u64,
@@ -188,7 +199,7 @@ const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 5 * 8);
 const _: () = assert!(core::mem::size_of::<Counters>() == 6 * 8);
 // What the host allocates, copies to read (`stats`, `check`) and writes
 // back (`trim`): about 2.6 MiB, most of it the granule table and the pool's
-// links of a 512 GiB region.
+// links of a 512 GiB region (2 MiB); the hint table lies beside it.
 const _: () = assert!(core::mem::size_of::<DeviceHeap>() < (3 << 20));
 
 /// Where a pointer given to `free` points.
@@ -223,11 +234,23 @@ impl DeviceHeap {
         self.slots.get(index as usize)
     }
 
-    /// The hint of `class`'s stream `stream` (< `MAX_STREAMS`; 0: the
-    /// class's own).
+    /// The hint of `class`'s stream `stream` (a warp slot, taken modulo the
+    /// streams, a power of two; 0: the class's own), in the hint table beside the heap. Only a bound
+    /// heap's allocations call this, and a bound heap has a table
+    /// (`ConfigValues::clamped`).
     #[inline(always)]
     fn class_hint(&self, class: usize, stream: usize) -> &AtomicU32 {
-        &self.hints[(class * MAX_STREAMS + stream % MAX_STREAMS).min(CLASS_COUNT * MAX_STREAMS - 1)]
+        // In 32 bits (a register each, not a pair): below 46 × 8 192.
+        let streams = self.streams();
+        let index = (class as u32 * streams + (stream as u32 & (streams - 1)))
+            .min(CLASS_COUNT as u32 * streams - 1) as usize;
+        let table = self.config.hints.load_config();
+        // SAFETY: the host allocated `hint_table_bytes(streams)` bytes of
+        // zeroed, 4-byte aligned device memory at `table` and keeps them
+        // while the heap is bound (only a bound heap's allocations get
+        // here); `index` is below `CLASS_COUNT × streams`. Hints are only
+        // ever accessed atomically.
+        unsafe { AtomicU32::from_ptr((table as usize as *mut u32).wrapping_add(index)) }
     }
 
     /// An unbound heap: every allocation returns null until the host binds a
@@ -241,7 +264,6 @@ impl DeviceHeap {
             mailbox: Mailbox::new(),
             pool: SlabPool::new(),
             slots: SharedArray::new([const { Guard::new() }; MAX_SLOTS]),
-            hints: [const { AtomicU32::new(0) }; CLASS_COUNT * MAX_STREAMS],
             granules: GranuleTable::new(),
             empties: EmptySlots::new(),
             exhausted: AtomicU32::new(0),
@@ -312,6 +334,7 @@ impl DeviceHeap {
         c.region_len.store(v.region_len, Ordering::Relaxed);
         c.slot_count.store(v.slot_count, Ordering::Relaxed);
         c.streams.store(v.streams, Ordering::Relaxed);
+        c.hints.store(v.hints, Ordering::Relaxed);
         self.mailbox.bind(v.mailbox, v.port_count);
     }
 
@@ -327,6 +350,7 @@ impl DeviceHeap {
             region_len: c.region_len.load(Ordering::Relaxed),
             mailbox,
             streams: c.streams.load(Ordering::Relaxed),
+            hints: c.hints.load(Ordering::Relaxed),
         }
     }
 
@@ -584,6 +608,7 @@ impl DeviceHeap {
         let slot_ok = (slot as usize) < MAX_SLOTS;
         let mut live = 0u32;
         if simt::lane_id() == leader && slot_ok {
+            crate::event::record(crate::event::Event::FreeGroup);
             match self.slot(slot).lock(n, 0) {
                 Lock::Acquired { slab, .. } if slab == base => live = 1,
                 Lock::Acquired { .. } => {

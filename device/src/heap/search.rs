@@ -47,22 +47,28 @@
 //! slept: one creation per class at a time.)
 //!
 //! # Spreading
-//! Each class has a hint per stream — the heap keeps one stream per 8
-//! resident warps (`HeapConfig::streams`; 1 024 on an H200) and a warp's
+//! Each class has a hint per stream — the heap keeps one stream per
+//! resident warp (`HeapConfig::streams`; 8 192 on an H200) and a warp's
 //! stream is its warp slot modulo their number — and a search starts at its
 //! stream's hint (else the class's, stream 0's), so warps running at once
-//! start at different slabs of a class once it has several. (A stream per
-//! SM's worth of warps, 16 of them a hint in the contention test, took
-//! 7.2 to 13.2 guard RMWs per warp-pair at 8 KiB, warm; one hint for all,
-//! 13.4.) The slots after the hint are passed with one
-//! load when full, and so are creations of other classes and creations
-//! that will have no room for the group (`Guard::worth_a_lock`: a group
-//! that registered on those only inflated their counts, so that their own
-//! class's groups passed them and claimed more slabs); the hint's own slot
-//! is locked whatever its count (an add
-//! and a sub when it is full): skipping that lock by its count cost 5 to 9
-//! registers in every malloc kernel (ptxas, 2026-12-04), for no change the
-//! contention test could see.
+//! start at different slabs of a class once it has several, and a warp
+//! comes back to the slab it used last. In the contention test's warm
+//! launch at 8 KiB: a hint per SM's worth of warps (16 warps a hint) took
+//! 7.2 to 13.2 guard RMWs per warp-pair, one hint for all 17.5, a hint per
+//! warp 3.9 to 5.4 (BENCHMARKS.md).
+//!
+//! A slot — the hint's too — is locked only when one load of its counter
+//! says it is worth it (`Guard::worth_a_lock`): a live slab with room for
+//! the whole group (admission: a slab with room for only part of it would
+//! split the group over two slabs, a lock and a free more, and its lanes
+//! beyond the room scan again), or a slot the group may claim or count on.
+//! Full slabs, other classes' creations and creations that will have no
+//! room for the group are passed (a group that registered on those only
+//! inflated their counts, so that their own class's groups passed them and
+//! claimed more slabs). Locking the hint whatever its count cost an add
+//! and a sub on a full slab's guard — 3 765 such locks in the contention
+//! test's 2 048 warm warp-mallocs at 8 KiB — and, by this measure, no
+//! registers any more (ptxas, 2026-12-05; on 2026-12-04, 5 to 9).
 //!
 //! # A slab's life in a slot
 //! Claimed (the slot was empty) → created and published by the claiming
@@ -107,8 +113,9 @@
 
 use super::DeviceHeap;
 use crate::abi::ProviderKind;
+use crate::event::{Event, record};
 use crate::granule::Granule;
-use crate::guard::{Creation, Lock, MAX_TRIES, creation_tag};
+use crate::guard::{Creation, Lock, MAX_TRIES, admission, creation_tag};
 use crate::index::{reduce, wrap};
 use crate::simt;
 use crate::size_class::{SLAB_SHIFT, SLAB_SIZE, geometry};
@@ -124,7 +131,7 @@ const _: () = assert!(simt::WARP_SIZE <= FIT_MASK);
 /// index or the FOUND word.
 const OUTCOME_SHIFT: u32 = 29;
 const WORD_MASK: u32 = (1 << OUTCOME_SHIFT) - 1;
-const _: () = assert!(LOOK < 1 << (32 - OUTCOME_SHIFT));
+const _: () = assert!(AGAIN < 1 << (32 - OUTCOME_SHIFT));
 const _: () = assert!(super::MAX_SLOTS as u64 <= WORD_MASK as u64);
 const _: () = assert!((crate::size_class::SLAB_SIZE >> 4) << FIT_BITS <= WORD_MASK as u64);
 
@@ -153,6 +160,13 @@ const RETRY: u32 = 4;
 /// slab of its class first (`look_or_claim`), and claims the slot only if
 /// there is none.
 const LOOK: u32 = 5;
+/// Outcome: scan again at once, with no wait — the lanes a slab had no
+/// room for, or a group sent to its class's slab with room
+/// (`look_or_claim`): nothing to wait for, unlike RETRY's creation in
+/// flight. (With the wait, the drawn sleep of these rounds was most of the
+/// sleep per pair in the contention test's warm launches: 10.7 of 15.6 ms
+/// at 8 KiB.)
+const AGAIN: u32 = 6;
 
 /// `create_alone`'s word for "the claim was given up for an emptied slab
 /// of the class, which this stream's hint now names": the group searches
@@ -322,7 +336,7 @@ impl DeviceHeap {
                     (Found::NONE, made as u32)
                 };
             }
-            let again = outcome == NO_MEMORY || outcome == RETRY;
+            let again = outcome == NO_MEMORY || outcome == RETRY || outcome == AGAIN;
             pending = simt::ballot(pending, again);
             if !again {
                 if found.slab == 0 {
@@ -338,7 +352,9 @@ impl DeviceHeap {
             // The lanes of `pending`, all of them here. No memory: the next
             // scan looks at existing slabs only (the exhausted mark says
             // so). A drawn wait: no backoff state lives across the rounds.
-            simt::snooze_drawn(simt::draw());
+            if outcome != AGAIN {
+                simt::snooze_drawn(simt::draw());
+            }
         }
     }
 
@@ -365,7 +381,7 @@ impl DeviceHeap {
                 let rank = (group & simt::lanemask_lt()).count_ones();
                 let served = simt::ballot(group, rank < fit);
                 if rank >= fit {
-                    return (Found::NONE, RETRY);
+                    return (Found::NONE, AGAIN);
                 }
                 (
                     Found {
@@ -398,6 +414,7 @@ impl DeviceHeap {
     /// NOTHING. No collectives: the leaders of other classes' groups scan
     /// at the same time.
     fn scan_alone(&self, class: usize, n: u32) -> (u64, u32) {
+        record(Event::Scan);
         let geo = geometry(class);
         let slot_count = self.slot_count();
         let hint = self.hint(class, slot_count);
@@ -420,19 +437,20 @@ impl DeviceHeap {
             // room does not grow with the class's slabs.
             let index = wrap(hint, offset, slot_count);
             let guard = self.slot(index);
-            // The hint's slot is locked whatever its count (see "Spreading"
-            // above); after it, a full slab, another class's creation and
-            // one with no room for us are passed with one load. An empty
-            // slot, a creation with room for us, a slab being taken over or
-            // an empty slab are worth a lock only to claim it, to count on
-            // its creation, or to find the empty slab ours.
-            if offset == 0 || guard.worth_a_lock(class as u32, geo.usable, n, may_claim) {
+            // A full slab (or one with room for part of the group),
+            // another class's creation and one with no room for us are
+            // passed with one load (see "Spreading" above). An empty slot,
+            // a creation with room for us, a slab being taken over or an
+            // empty slab are worth a lock only to claim it, to count on its
+            // creation, or to find the empty slab ours.
+            if guard.worth_a_lock(class as u32, geo.usable, n, may_claim) {
                 // An empty slot, about to be claimed: first the class's
                 // emptied slabs elsewhere are looked at (LOOK, out of the
                 // loop: `look_or_claim`).
                 if may_claim && guard.is_empty() {
                     return (0, (LOOK << OUTCOME_SHIFT) | index);
                 }
+                record(Event::SlotLock);
                 match guard.lock(n, claim) {
                     Lock::Acquired { slab, count } => {
                         // `count` is after our `n`: the slab had `base`.
@@ -444,6 +462,13 @@ impl DeviceHeap {
                         } else {
                             0
                         };
+                        if fit < n {
+                            record(if fit == 0 {
+                                Event::FullLock
+                            } else {
+                                Event::PartialFit
+                            });
+                        }
                         if fit < n {
                             // Wrong class, or more lanes than room: give
                             // the spare references back.
@@ -462,7 +487,11 @@ impl DeviceHeap {
                             return (slab, (FOUND << OUTCOME_SHIFT) | (base << FIT_BITS) | fit);
                         }
                     }
-                    Lock::Claimed => return (0, (CLAIMED << OUTCOME_SHIFT) | index),
+                    Lock::Claimed => {
+                        // Emptied since its check above: claimed at once.
+                        record(Event::Claim);
+                        return (0, (CLAIMED << OUTCOME_SHIFT) | index);
+                    }
                     Lock::Creating { waiting } => match Creation::of(waiting) {
                         // A publication in flight, a claim not tagged yet
                         // (our addition did not count), or a creation met
@@ -482,7 +511,10 @@ impl DeviceHeap {
                             retries += 1;
                             continue;
                         }
-                        None => return (0, RETRY << OUTCOME_SHIFT),
+                        None => {
+                            record(Event::CreationWait);
+                            return (0, RETRY << OUTCOME_SHIFT);
+                        }
                         // A creation of our class that will have room for
                         // us as well as for the lanes counted on it before
                         // (our addition counted us): wait for it, polling
@@ -498,6 +530,8 @@ impl DeviceHeap {
                                 && c.lanes <= geo.usable
                                 && retries < MAX_TRIES =>
                         {
+                            record(Event::Registration);
+                            record(Event::CreationWait);
                             if !wait_for_creation(guard) {
                                 return (0, RETRY << OUTCOME_SHIFT);
                             }
@@ -509,7 +543,7 @@ impl DeviceHeap {
                         // our own if no room comes first — the class grows
                         // by as many slabs at once as its waiting lanes
                         // need.
-                        _ => {}
+                        _ => record(Event::Registration),
                     },
                     Lock::Emptied => {
                         // Our stale reference was the new slab's last.
@@ -551,16 +585,20 @@ impl DeviceHeap {
         let leader = simt::leader(group);
         let mut outcome = RETRY;
         if simt::lane_id() == leader {
-            outcome = match self.own_with_room(class) {
+            outcome = match self.own_with_room(class, group.count_ones()) {
                 Some(empty) => {
+                    record(Event::Redirect);
                     self.class_hint(class, self.stream())
                         .store(empty + 1, Ordering::Relaxed);
-                    RETRY
+                    AGAIN
                 }
                 None => {
                     let n = group.count_ones();
                     match self.slot(index).lock(n, creation_tag(class, n)) {
-                        Lock::Claimed => CLAIMED,
+                        Lock::Claimed => {
+                            record(Event::Claim);
+                            CLAIMED
+                        }
                         Lock::Acquired { .. } => {
                             // Published since: the scan finds it again.
                             self.release_slot(index, n);
@@ -633,7 +671,7 @@ impl DeviceHeap {
         // given up, this stream's hint points at that slab, and the group
         // searches again, finding it there and putting it back to use in
         // place — no takeover, no rebuild, no host.
-        if let Some(empty) = self.own_with_room(class) {
+        if let Some(empty) = self.own_with_room(class, 1) {
             self.slot(index).abandon();
             self.class_hint(class, self.stream())
                 .store(empty + 1, Ordering::Relaxed);
@@ -746,7 +784,7 @@ impl DeviceHeap {
     /// other groups had just revived, behind the searching group's hint: a
     /// claim then asked the host while the class had room,
     /// `classes_keep_their_emptied_slabs_while_the_host_has_memory`.)
-    fn own_with_room(&self, class: usize) -> Option<u32> {
+    fn own_with_room(&self, class: usize, n: u32) -> Option<u32> {
         let geo = geometry(class);
         let block = geo.block;
         self.empties
@@ -757,7 +795,8 @@ impl DeviceHeap {
                     // which no kernel runs during.
                     unsafe { Slab(slab).block_hint() == block }
                 };
-                guard.use_count() < geo.usable && guard.peek().is_some_and(of_block)
+                guard.use_count() + admission(n, geo.usable) <= geo.usable
+                    && guard.peek().is_some_and(of_block)
             })
     }
 

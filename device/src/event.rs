@@ -1,0 +1,54 @@
+//! What the allocator counts about itself in the simulator: a search's
+//! rounds, the locks it took and what they found, its claims, the bitfield
+//! walk's extra rounds, the slabs a free touched. Each [`Event`] is an
+//! index into the launch's event counters (`LaunchStats::events`); on the
+//! GPU and under loom, [`record`] compiles to nothing.
+//!
+//! These are the contention test's proxies (tests/contention.rs): what a
+//! warp-malloc costs in searches and probes is deterministic in kind, if
+//! not in number, and the simulator sees it where a GPU's profiler does
+//! not.
+
+/// An allocator event the simulator counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Event {
+    /// A group's scan of the slot table (one round of a malloc's search).
+    Scan = 0,
+    /// A slot a scan locked (its guard's counter took the group's lanes).
+    SlotLock = 1,
+    /// A lock of a slab with no room for the group (given back at once).
+    FullLock = 2,
+    /// A lock of a slab with room for part of the group only.
+    PartialFit = 3,
+    /// A lock that registered the group on a slot being created.
+    Registration = 4,
+    /// A scan that met a creation it counts on and waited for it, or gave
+    /// up at one (and scans again).
+    CreationWait = 5,
+    /// A slot claimed for a new slab.
+    Claim = 6,
+    /// A group about to claim sent to a slab of its class with room
+    /// instead (`look_or_claim`).
+    Redirect = 7,
+    /// A round of the bitfield walk beyond a group's first: lanes whose
+    /// word was taken probe again.
+    ExtraProbe = 8,
+    /// A slab that a free's lanes touched (one group per slab).
+    FreeGroup = 9,
+}
+
+/// Events there are (≤ the simulator's counters).
+pub const EVENTS: usize = 10;
+
+#[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
+const _: () = assert!(EVENTS <= warpalloc_sim::EVENTS);
+
+/// Counts `event` for the running launch (the simulator only).
+#[inline(always)]
+pub fn record(event: Event) {
+    #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
+    warpalloc_sim::count_event(event as usize);
+    #[cfg(any(target_arch = "nvptx64", loom))]
+    let _ = event;
+}
