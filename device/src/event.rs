@@ -36,10 +36,12 @@ pub enum Event {
     ExtraProbe = 8,
     /// A slab that a free's lanes touched (one group per slab).
     FreeGroup = 9,
+    /// A lane's malloc that took more than 4 scans (its search's rounds).
+    LongSearch = 10,
 }
 
 /// Events there are (≤ the simulator's counters).
-pub const EVENTS: usize = 10;
+pub const EVENTS: usize = 11;
 
 #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
 const _: () = assert!(EVENTS <= warpalloc_sim::EVENTS);

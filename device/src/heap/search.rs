@@ -54,14 +54,15 @@
 //! start at different slabs of a class once it has several, and a warp
 //! comes back to the slab it used last. In the contention test's warm
 //! launch at 8 KiB: a hint per SM's worth of warps (16 warps a hint) took
-//! 7.2 to 13.2 guard RMWs per warp-pair, one hint for all 17.5, a hint per
-//! warp 3.9 to 5.4 (BENCHMARKS.md).
+//! 7.2 to 13.2 guard RMWs per group-pair, 8 warps a hint 4.8 to 5.9, a hint
+//! per warp 3.8 to 6.5 (BENCHMARKS.md).
 //!
 //! A slot — the hint's too — is locked only when one load of its counter
 //! says it is worth it (`Guard::worth_a_lock`): a live slab with room for
-//! the whole group (admission: a slab with room for only part of it would
-//! split the group over two slabs, a lock and a free more, and its lanes
-//! beyond the room scan again), or a slot the group may claim or count on.
+//! the whole group (admission, `guard::admission`: a slab with room for
+//! only part of it would split the group over two slabs, a lock and a free
+//! more, and its lanes beyond the room scan again; a group of more than
+//! half a slab takes any room), or a slot the group may claim or count on.
 //! Full slabs, other classes' creations and creations that will have no
 //! room for the group are passed (a group that registered on those only
 //! inflated their counts, so that their own class's groups passed them and
@@ -175,6 +176,12 @@ const REDIRECTED: u64 = 1;
 
 // A creation returns a slab or, below any slab's address, an outcome.
 const _: () = assert!((RETRY as u64) < SLAB_SIZE && (NO_MEMORY as u64) < SLAB_SIZE);
+
+/// Scans a lane's malloc may take before the simulator counts it as a long
+/// search (`Event::LongSearch`): the contention test holds the share of
+/// such mallocs to 1 %, the "p99 of scans ≤ 4".
+#[cfg(not(target_arch = "nvptx64"))]
+const LONG_SEARCH: u32 = 4;
 
 /// Marks of `empties` a claim tries to take over once the provider refused
 /// (a mark is stale when its slab's class took the slab again).
@@ -307,7 +314,14 @@ impl DeviceHeap {
         // live across the rounds (nor across the block's walk after them).
         let mut heap = self;
         let mut class = class;
+        // The simulator's count of this lane's scans (LongSearch).
+        #[cfg(not(target_arch = "nvptx64"))]
+        let mut scans = 0u32;
         loop {
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                scans += 1;
+            }
             heap = heap.opaque();
             class = simt::opaque_u32(class as u32) as usize;
             let group = simt::match_any_u32(pending, class as u32);
@@ -339,6 +353,10 @@ impl DeviceHeap {
             let again = outcome == NO_MEMORY || outcome == RETRY || outcome == AGAIN;
             pending = simt::ballot(pending, again);
             if !again {
+                #[cfg(not(target_arch = "nvptx64"))]
+                if scans > LONG_SEARCH {
+                    record(Event::LongSearch);
+                }
                 if found.slab == 0 {
                     return 0;
                 }
@@ -569,8 +587,9 @@ impl DeviceHeap {
     /// The scan of `group` (all calling) met empty slot `index`, which it
     /// would claim for `class`. Before it does, its leader looks for an
     /// emptied slab of the class with room among the `empties` marks
-    /// (`own_with_room`): one found, the caller's stream's hint names it and the group scans
-    /// again from there (RETRY), putting it back to use in place; none, the
+    /// (`own_with_room`): one found, the caller's stream's hint names it
+    /// and the group scans again from there at once (AGAIN), putting it
+    /// back to use in place; none, the
     /// leader claims the slot (CLAIMED: the group creates a slab in it) or,
     /// if another group took it first, RETRY.
     ///
