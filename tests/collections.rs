@@ -131,13 +131,7 @@ fn a_vec_in_a_kernel_of_an_unlinked_module_ends_the_program_naming_the_fix() {
         println!("the child's launch returned");
         return;
     }
-    let out = support::run_child(NAME, CHILD);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "the child went on: {stdout}\n{stderr}"
-    );
+    let (stdout, stderr) = support::run_ending_child(NAME, CHILD);
     assert!(!stdout.contains("the child's launch returned"), "{stdout}");
     assert!(
         stderr.contains("asked the global allocator")
@@ -172,13 +166,7 @@ fn a_vec_past_the_heap_s_limit_ends_the_program_naming_kernel_lane_and_fix() {
         println!("the child's launch returned");
         return;
     }
-    let out = support::run_child(NAME, CHILD);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "the child went on: {stdout}\n{stderr}"
-    );
+    let (_, stderr) = support::run_ending_child(NAME, CHILD);
     assert!(
         stderr.contains("warpalloc: kernel `collections`, block (")
             && stderr.contains("the heap has no memory for it")

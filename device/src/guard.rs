@@ -459,18 +459,7 @@ impl Guard {
             if claim == 0 {
                 return Lock::Empty;
             }
-            if self.ptr.compare_exchange(0, SENTINEL).is_ok() {
-                // ORDERING: acquire (gpu): pairs with the release fence in
-                // `vacate`: the previous occupant's takeover happens-before
-                // our creation — our tag below included, which must come
-                // after the takeover's CAS of the counter (loom found the
-                // tag stored before this fence land before that CAS in
-                // the counter's order and turn a published slab's count
-                // dead).
-                fence(Ordering::Acquire, Scope::Gpu);
-                // The counter is dead (an empty slot's): it counts the
-                // lanes that wait for this creation until `publish`.
-                self.refs.tag(claim);
+            if self.claim(claim) {
                 return Lock::Claimed;
             }
             // Claimed (or published) by another lane since.
@@ -530,6 +519,29 @@ impl Guard {
             slab: slab_of(word),
             count,
         }
+    }
+
+    /// Claims the slot if it is empty (true), leaving `tag` (a
+    /// [`creation_tag`]) in its dead counter: the caller must create a slab
+    /// and [`Guard::publish`] it, or [`Guard::abandon`] the claim. Unlike
+    /// [`Guard::lock`], a slot that is not empty is left as it is — no
+    /// registration on a creation, no reference to a slab.
+    #[inline(always)]
+    pub fn claim(&self, tag: u32) -> bool {
+        if self.ptr.compare_exchange(0, SENTINEL).is_err() {
+            return false;
+        }
+        // ORDERING: acquire (gpu): pairs with the release fence in `vacate`:
+        // the previous occupant's takeover happens-before our creation —
+        // our tag below included, which must come after the takeover's CAS
+        // of the counter (loom found the tag stored before this fence land
+        // before that CAS in the counter's order and turn a published
+        // slab's count dead).
+        fence(Ordering::Acquire, Scope::Gpu);
+        // The counter is dead (an empty slot's): it counts the lanes that
+        // wait for this creation until `publish`.
+        self.refs.tag(tag);
+        true
     }
 
     /// Whether a search for `n` lanes of class `class` (slabs of `usable`

@@ -264,13 +264,14 @@ fn count(access: Access, sys: bool) {
     let _ = with_ctx(|c| {
         let a = &c.accesses;
         let (all, system) = match access {
-            Access::Load => (&a.loads, &a.sys_loads),
-            Access::Store => (&a.stores, &a.sys_stores),
-            Access::Rmw => (&a.rmws, &a.sys_rmws),
-            Access::Fence => (&a.fences, &a.fences),
+            Access::Load => (&a.loads, Some(&a.sys_loads)),
+            Access::Store => (&a.stores, Some(&a.sys_stores)),
+            Access::Rmw => (&a.rmws, Some(&a.sys_rmws)),
+            // Fences are counted whatever their scope.
+            Access::Fence => (&a.fences, None),
         };
         all.fetch_add(1, Ordering::Relaxed);
-        if sys && access != Access::Fence {
+        if let Some(system) = system.filter(|_| sys) {
             system.fetch_add(1, Ordering::Relaxed);
         }
     });

@@ -152,3 +152,17 @@ pub fn run_child(name: &str, env: &str) -> std::process::Output {
         .output()
         .expect("run the child")
 }
+
+/// [`run_child`] for a child that must end the program (a GPU would trap):
+/// asserts that it failed; its stdout and stderr.
+#[track_caller]
+pub fn run_ending_child(name: &str, env: &str) -> (String, String) {
+    let out = run_child(name, env);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "the child went on: {stdout}\n{stderr}"
+    );
+    (stdout, stderr)
+}

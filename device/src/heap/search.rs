@@ -611,25 +611,18 @@ impl DeviceHeap {
                         .store(empty + 1, Ordering::Relaxed);
                     AGAIN
                 }
-                None => {
-                    let n = group.count_ones();
-                    match self.slot(index).lock(n, creation_tag(class, n)) {
-                        Lock::Claimed => {
-                            record(Event::Claim);
-                            CLAIMED
-                        }
-                        Lock::Acquired { .. } => {
-                            // Published since: the scan finds it again.
-                            self.release_slot(index, n);
-                            RETRY
-                        }
-                        Lock::Emptied => {
-                            self.empties.mark(index);
-                            RETRY
-                        }
-                        _ => RETRY,
-                    }
+                // Claimed only if still empty: a slot claimed or
+                // published since is the next scan's to meet (locking it
+                // here, as a scan does, registered the group on a creation
+                // that its next scan registered it on again).
+                None if self
+                    .slot(index)
+                    .claim(creation_tag(class, group.count_ones())) =>
+                {
+                    record(Event::Claim);
+                    CLAIMED
                 }
+                None => RETRY,
             };
         }
         simt::shfl_u32(group, outcome, leader)
@@ -686,10 +679,14 @@ impl DeviceHeap {
                 None => 0,
             };
         }
-        // An emptied slab of the class behind its hints: the claim is
-        // given up, this stream's hint points at that slab, and the group
-        // searches again, finding it there and putting it back to use in
-        // place — no takeover, no rebuild, no host.
+        // A slab of the class with room behind its hints (emptied since the
+        // scan's look, say): the claim is given up, this stream's hint
+        // points at that slab, and the group searches again, finding it
+        // there and putting it back to use in place — no takeover, no
+        // rebuild, no host. Room for one lane, not the group's: passing the
+        // group's size here cost 1 to 3 registers in every malloc kernel
+        // (ptxas, 2026-12-05), so a group larger than that room gives its
+        // claim up, is refused there by its scan, and looks again.
         if let Some(empty) = self.own_with_room(class, 1) {
             self.slot(index).abandon();
             self.class_hint(class, self.stream())
