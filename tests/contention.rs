@@ -34,7 +34,10 @@
 //!   bounces pays its atomics and its wait again);
 //! * spreading in the slab: extra rounds of the bitfield walk per
 //!   group-malloc (at 16 and 64 B, the issue's 0.1);
-//! * fences per pair;
+//! * fences per pair, and dependent global round trips per pair on the
+//!   path of the warp that met nothing in its way (the simulator's
+//!   `LaunchStats::least_round_trips`; the mean over the warps, polls
+//!   included, is printed);
 //! * no takeover churn: slabs taken over from other slots per 1 000 pairs
 //!   stay under `TAKEOVERS_PER_1000` (memory to spare: a claim finds the
 //!   host, and a class's empty slabs are revived in place);
@@ -96,6 +99,9 @@ struct Bounds {
     extra_probes: f64,
     /// The most fences per pair (all lanes' fences ÷ pairs).
     fences_per_pair: f64,
+    /// The most dependent round trips per pair on the path of the warp
+    /// that met nothing in its way (the issue's target: 7).
+    path_round_trips: f64,
 }
 
 /// A fresh heap's launch, whose slabs are created while it runs.
@@ -117,6 +123,12 @@ struct Bounds {
 ///   at 16 and 64 B, at most 1.61; RMWs per group-pair at most 13.1;
 ///   fences per pair 1.13 to 1.25, 3.99 mixed (a group per lane);
 /// * peak slabs ÷ demand 0.89 to 1.06 at 8 KiB, 1.33 at 1 KiB.
+///
+/// Since the walk looks where there is room (`Slab::allocate`; three runs,
+/// 2026-12-05 03:31 UTC): extra walk rounds per group-malloc 0.39 to 0.43
+/// at 1 KiB, 0.38 to 0.46 at 8 KiB, 0.15 to 0.17 mixed; round trips per
+/// pair on the path of the warp with the fewest 20.75 to 28.25 (their mean
+/// over the warps, polls included, 23.5 to 147.8).
 const COLD: Bounds = Bounds {
     growth: 0.7,
     guard_rmws: 6.0,
@@ -127,8 +139,9 @@ const COLD: Bounds = Bounds {
     long_searches: 10.0,
     long_searches_8k: 250.0,
     extra_probes_small: 0.1,
-    extra_probes: 3.0,
+    extra_probes: 1.0,
     fences_per_pair: 4.5,
+    path_round_trips: 34.0,
 };
 
 /// The same launch again on that heap, whose slabs are there, empty: the
@@ -150,6 +163,15 @@ const COLD: Bounds = Bounds {
 ///   1.79 to 2.21 at 8 KiB;
 /// * RMWs per group-pair 5.0 to 12.6; fences per pair 1.13 to 1.26, 3.90
 ///   to 3.93 mixed; the warm launch created 0 or 1 slabs.
+///
+/// Since the walk looks where there is room (`Slab::allocate`; three runs,
+/// 2026-12-05 03:31 UTC): extra walk rounds per group-malloc 0.002 to
+/// 0.006 at 16 and 64 B, 0.11 to 0.14 at 1 KiB, 0.35 to 0.50 at 8 KiB,
+/// 0.15 to 0.18 mixed — starting blind at the warp's word (`LOOK_WORDS`
+/// 0), 1.32 to 1.43 at 8 KiB: the bound fails; fences per pair 3.50 to
+/// 3.52 mixed. Round trips per pair on the path of the warp with the
+/// fewest: 17 at 16 and 64 B, 18 at 1 and 8 KiB (the look's load), 19
+/// mixed; their mean over the warps 18.0 to 79.6.
 const WARM: Bounds = Bounds {
     growth: 0.7,
     guard_rmws: 3.5,
@@ -160,8 +182,9 @@ const WARM: Bounds = Bounds {
     long_searches: 10.0,
     long_searches_8k: 50.0,
     extra_probes_small: 0.1,
-    extra_probes: 3.0,
+    extra_probes: 0.75,
     fences_per_pair: 4.5,
+    path_round_trips: 19.0,
 };
 
 /// The most slabs taken over from another slot per 1 000 pairs.
@@ -201,6 +224,17 @@ struct Contention {
     group_pairs: f64,
     /// The allocator's events (`warpalloc_device::event`).
     events: [u64; EVENTS],
+    /// The launch's dependent round trips, summed over its warps
+    /// (`LaunchStats::round_trips`).
+    round_trips: u64,
+    /// Of those, the kernel's own (its counters: the same on every lane).
+    kernel_trips: u64,
+    /// Warps run, each `ROUNDS` malloc/free pairs a lane.
+    warps: u64,
+    /// The fewest round trips of one warp (`LaunchStats::least_round_trips`).
+    least_trips: u64,
+    /// The kernel's own round trips a lane.
+    kernel_lane_trips: u64,
 }
 
 impl Contention {
@@ -250,6 +284,23 @@ impl Contention {
     /// Lanes' mallocs of more than 4 scans per 1 000 mallocs.
     fn long_searches_per_1000(&self) -> f64 {
         self.events[Event::LongSearch as usize] as f64 * 1000.0 / self.pairs.max(1) as f64
+    }
+
+    /// Dependent global round trips per pair on a warp's critical path:
+    /// its lane that waited longest (atomic loads, read-modify-writes and
+    /// slab headers, one after another; collectives pass the longest chain
+    /// on), the kernel's own counters taken out, over the warp's `ROUNDS`
+    /// pairs. A lane's independent accesses count one each (a GPU may
+    /// overlap them): an upper bound.
+    fn round_trips_per_pair(&self) -> f64 {
+        self.round_trips.saturating_sub(self.kernel_trips) as f64
+            / (self.warps.max(1) * u64::from(ROUNDS)) as f64
+    }
+
+    /// The same for the warp with the fewest: the path itself, with nothing
+    /// in its way (the issue's target: 7).
+    fn path_round_trips_per_pair(&self) -> f64 {
+        self.least_trips.saturating_sub(self.kernel_lane_trips) as f64 / f64::from(ROUNDS)
     }
 
     fn fences_per_pair(&self) -> f64 {
@@ -335,7 +386,7 @@ fn measure(heap: &mut Heap, case: Case, seed: u64, context: &str) -> Contention 
     assert_clean(&s, errors(heap), context);
     let st = heap.stats().expect("stats");
     let threads = u64::from(RESIDENT * 32);
-    let (demand, kernel_rmws, group_pairs) = match case {
+    let (demand, kernel_rmws, group_pairs, kernel_lane_trips) = match case {
         Case::Size(size) => {
             let usable = u64::from(geometry(class_index(size)).usable);
             // alloc_free: four counters a thread.
@@ -343,6 +394,7 @@ fn measure(heap: &mut Heap, case: Case, seed: u64, context: &str) -> Contention 
                 threads.div_ceil(usable).max(1),
                 4 * threads,
                 s.allocs as f64 / 32.0,
+                4,
             )
         }
         // lifetimes: six counters an allocation (allocations, live bytes
@@ -352,6 +404,8 @@ fn measure(heap: &mut Heap, case: Case, seed: u64, context: &str) -> Contention 
             0,
             6 * s.allocs + s.nulls,
             launch.events[Event::FreeGroup as usize] as f64,
+            // Every lane's `ROUNDS` allocations (no nulls: checked).
+            6 * u64::from(ROUNDS),
         ),
     };
     Contention {
@@ -371,6 +425,11 @@ fn measure(heap: &mut Heap, case: Case, seed: u64, context: &str) -> Contention 
         kernel_rmws,
         group_pairs,
         events: std::array::from_fn(|i| launch.events[i]),
+        round_trips: launch.round_trips,
+        kernel_trips: kernel_lane_trips * launch.warps,
+        warps: launch.warps,
+        least_trips: launch.least_round_trips,
+        kernel_lane_trips,
     }
 }
 
@@ -393,7 +452,7 @@ fn contention(case: Case, seed: u64) -> (Contention, Contention) {
 impl Contention {
     fn line(&self) -> String {
         format!(
-            "{} pairs, {} nulls; {:.2} fences and {:.0} steps per pair; per group-pair {:.1} RMWs, \
+            "{} pairs, {} nulls; {:.2} fences, {:.1} round trips (the path: {:.2}) and {:.0} steps per pair; per group-pair {:.1} RMWs, \
              {:.2} guard RMWs, {:.3} on the hottest guard; {:.0} ns of sleep per pair; peak {} \
              slabs for a demand of {} ({:.2}); {} from the host, {} taken over ({:.3} per 1 000 \
              pairs), {} revived\n    per group-malloc: {:.3} scans, {:.3} slot locks ({:.3} full, \
@@ -403,6 +462,8 @@ impl Contention {
             self.pairs,
             self.nulls,
             self.fences_per_pair(),
+            self.round_trips_per_pair(),
+            self.path_round_trips_per_pair(),
             self.steps_per_pair(),
             self.rmws_per_group_pair(),
             self.guard_rmws_per_group_pair(),
@@ -485,6 +546,12 @@ impl Contention {
                 "fences per pair",
                 self.fences_per_pair(),
                 bounds.fences_per_pair,
+                false,
+            ),
+            (
+                "round trips per pair on the path",
+                self.path_round_trips_per_pair(),
+                bounds.path_round_trips,
                 false,
             ),
             ("nulls with memory to spare", self.nulls as f64, 0.0, false),

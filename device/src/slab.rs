@@ -81,6 +81,10 @@ impl Slab {
     /// before (in happens-before order) this read.
     #[inline(always)]
     pub unsafe fn header(self) -> Header {
+        // A load the lane waits for: the simulator counts it on the lane's
+        // chain of round trips (`LaunchStats::round_trips`).
+        #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
+        warpalloc_sim::count_round_trip();
         // SAFETY: the caller's contract; the header is 16-byte aligned at
         // the slab's start.
         unsafe { self.header_ptr().read() }
@@ -191,13 +195,34 @@ impl Slab {
     /// position among the slab's reservations). All lanes of `uniform` call
     /// it; each gets a distinct block.
     ///
-    /// The walk starts at a word drawn from the warp's slot: warps that run
-    /// at once start at different words, and a warp that comes back to a
-    /// slab (its stream's hint names the slab it last used) finds the word
-    /// it freed free again. Lanes that land in one word set their bits with
-    /// one `fetch_or`; lanes that lost use the word it returned to jump to
-    /// a known free bit, or, when it was full, to a random word — at once:
-    /// the next try is at another word, so a wait would only delay it.
+    /// The walk starts at a word drawn from the warp's slot, at a bit drawn
+    /// from it too (so that a run of the group's size fits the word): warps
+    /// that run at once start at different words, warps that share a word
+    /// at different bits, and a warp that comes back to a slab (its
+    /// stream's hint names the slab it last used) finds the bits it freed
+    /// free again. In a slab of few words (`LOOK_WORDS`: 1 KiB blocks and
+    /// larger), where the warps that share it meet in their words, the
+    /// walk starts where a load says there is room instead (`roomy_start`).
+    /// Lanes that land in one word set their bits with one `fetch_or`;
+    /// lanes that lost use the word it returned: to the first run of free
+    /// bits there that holds them all (from the warp's bit on), or, when
+    /// none does, to the nearest word a load says has room (few words) or
+    /// a random word (many) — at once: the next try is elsewhere, so a
+    /// wait would only delay it.
+    ///
+    /// Measured with the contention test's warm launches (2026-12-05 03:31
+    /// UTC, extra walk rounds per group-malloc): from the warp's word at
+    /// bit 0, 0.28 at 1 KiB, 1.1 to 1.4 at 8 KiB and 1.26 mixed (the small
+    /// groups of a mixed launch collide at bit 0 of shared words, and their
+    /// second try from the first free bit meets the next warp's blocks);
+    /// with the warp's bit and the run that fits, 0.26, 1.35 and 0.25;
+    /// with the look in slabs of up to 64 words too, 0.11 to 0.14, 0.35 to
+    /// 0.50 and 0.15 to 0.18, for one load more per malloc there (the
+    /// path's round trips per pair: 17 at 16 and 64 B, 18 at 1 and 8 KiB).
+    /// Looking in slabs of up to 1 024 words too took mixed to 0.12 and 64
+    /// B from 0.003 to 0: not worth a load on every malloc of 64 B. Picking
+    /// among the words with room by the group's place among the slab's
+    /// reservations, rather than the nearest, doubled the rounds at 1 KiB.
     ///
     /// Measured with the contention test's warm launches (2026-12-05, extra
     /// walk rounds per warp-malloc and the walk's sleep per pair): starting
@@ -218,7 +243,24 @@ impl Slab {
         let mut state = simt::draw();
         debug_assert!((1..=geo.usable).contains(&reserved));
         // The warp's word (a hash of its slot, spread over the words).
-        let first = reduce(simt::warp_slot().wrapping_mul(0x9e37_79b9), geo.words) * WORD_BITS;
+        let own = reduce(simt::warp_slot().wrapping_mul(0x9e37_79b9), geo.words);
+        let dense = geo.words <= LOOK_WORDS;
+        // The warp's bit in a word: warps that share a word start apart.
+        let pref = reduce(
+            simt::warp_slot().wrapping_mul(0x85eb_ca6b),
+            WORD_BITS + 1 - uniform.count_ones(),
+        );
+        let blind = own * WORD_BITS + pref;
+        let first = if dense {
+            // SAFETY: the caller's contract (a reservation each on this
+            // live slab); `own < geo.words`.
+            match unsafe { self.roomy_start(uniform, own, pref, geo) } {
+                u32::MAX => blind,
+                start => start,
+            }
+        } else {
+            blind
+        };
         // The last word may be partial: below `usable` only.
         let mut start = if first < bits { first } else { 0 };
         let mut result = 0u64;
@@ -264,12 +306,31 @@ impl Slab {
                     record(Event::ExtraProbe);
                 }
                 if result == 0 {
-                    let free = !after;
-                    let mut next = word * WORD_BITS + free.trailing_zeros();
-                    if free == 0 || next >= bits {
-                        next = reduce(xorshift32(&mut state), bits) & !(WORD_BITS - 1);
+                    // The word's free blocks: a run that holds every lane
+                    // left, else any (the first lanes get theirs).
+                    let free = !after & valid_bits(word, bits);
+                    let runs = match runs_of(free, still.count_ones()) {
+                        0 => free,
+                        runs => runs,
+                    };
+                    let here = if runs != 0 {
+                        word * WORD_BITS + pick(runs, pref)
+                    } else {
+                        u32::MAX
+                    };
+                    let leader = simt::leader(still);
+                    let mut next = simt::shfl_u32(still, here, leader);
+                    if next == u32::MAX && dense {
+                        let from = simt::shfl_u32(still, word, leader);
+                        // SAFETY: the caller's contract; `from < words`.
+                        next =
+                            unsafe { self.roomy_start(still, wrap(from, 1, geo.words), pref, geo) };
                     }
-                    start = simt::shfl_u32(still, next, simt::leader(still));
+                    if next == u32::MAX {
+                        let random = reduce(xorshift32(&mut state), bits) & !(WORD_BITS - 1);
+                        next = simt::shfl_u32(still, random, leader);
+                    }
+                    start = next;
                 }
             }
             waiting = simt::ballot(uniform, result == 0);
@@ -283,6 +344,59 @@ impl Slab {
         // lanes it synchronises, a shuffle does not (PTX ISA).
         simt::syncwarp(uniform);
         result
+    }
+
+    /// Where the walk of the lanes of `uniform` (all calling; `n` of
+    /// them) starts in a slab of few words (`geo.words ≤ LOOK_WORDS`): the
+    /// first bit of a run of `n` free bits (a whole free word for 32) in
+    /// the nearest word from the warp's own (`own`) that has one, by a load
+    /// of each word looked at — `n` words at once, one a lane, at most
+    /// `LOOK_ROUNDS` times and 32 words. Where no word looked at has such a
+    /// run, the first free bit of the nearest word with any (the first
+    /// lanes get theirs: a run that fits may not exist anywhere, and a walk
+    /// that only looked for one never ended in a slab of scattered free
+    /// blocks — the test `malloc_cost_stays_flat_as_one_class_grows` hung);
+    /// `u32::MAX` if none has. Of a word's runs or free bits, the first at
+    /// or above the warp's bit `pref`.
+    ///
+    /// # Safety
+    /// As for [`Slab::allocate`]; `own < geo.words`.
+    #[inline(always)]
+    unsafe fn roomy_start(self, uniform: u32, own: u32, pref: u32, geo: Geometry) -> u32 {
+        let n = uniform.count_ones();
+        let rank = (uniform & simt::lanemask_lt()).count_ones();
+        let span = geo.words.min(WORD_BITS).min(n * LOOK_ROUNDS);
+        let mut looked = 0;
+        while looked < span {
+            let offset = looked + rank;
+            // The first bit of a run that holds the group, and of any room.
+            let (mut fits, mut some) = (u32::MAX, u32::MAX);
+            if offset < span {
+                // `own < words` and `offset < words`.
+                let word = wrap(own, offset, geo.words);
+                // SAFETY: `word < geo.words`.
+                let seen = unsafe { self.word(word) }.load(Ordering::Relaxed);
+                let free = !seen & valid_bits(word, geo.usable);
+                let runs = runs_of(free, n);
+                if runs != 0 {
+                    fits = word * WORD_BITS + pick(runs, pref);
+                }
+                if free != 0 {
+                    some = word * WORD_BITS + pick(free, pref);
+                }
+            }
+            // The lowest lane with room looked nearest.
+            let roomy = simt::ballot(uniform, fits != u32::MAX);
+            if roomy != 0 {
+                return simt::shfl_u32(uniform, fits, simt::leader(roomy));
+            }
+            let partly = simt::ballot(uniform, some != u32::MAX);
+            if partly != 0 {
+                return simt::shfl_u32(uniform, some, simt::leader(partly));
+            }
+            looked += n;
+        }
+        u32::MAX
     }
 
     /// Clears the bits of the blocks that the lanes of `uniform` (all of
@@ -471,6 +585,47 @@ fn check_cleared_once(uniform: u32, index: u32, clears: bool) {
     let _ = (uniform, index, clears);
 }
 
+/// Slabs of at most this many bitfield words (1 KiB blocks and larger)
+/// start their walk where a load says there is room ([`Slab::allocate`]).
+pub const LOOK_WORDS: u32 = 64;
+/// How many times `roomy_start` loads a word a lane before it gives up.
+const LOOK_ROUNDS: u32 = 2;
+
+/// The bits `p` of `free` that start a run of `n` set bits (`p..p + n`
+/// all set; `n` from 1 to 32).
+#[inline(always)]
+fn runs_of(free: u32, n: u32) -> u32 {
+    let mut runs = free;
+    let mut have = 1;
+    while have < n {
+        let step = have.min(n - have);
+        runs &= runs >> step;
+        have += step;
+    }
+    runs
+}
+
+/// The bits of bitfield word `word` that are blocks: those below `usable`.
+#[inline(always)]
+fn valid_bits(word: u32, usable: u32) -> u32 {
+    match usable.saturating_sub(word * WORD_BITS) {
+        left if left < WORD_BITS => (1u32 << left) - 1,
+        _ => u32::MAX,
+    }
+}
+
+/// The first of `runs` (not 0) at or above bit `pref` (below 32), else
+/// the first: where warps that see one word's free runs alike start apart.
+#[inline(always)]
+fn pick(runs: u32, pref: u32) -> u32 {
+    let above = runs & !lanes_below(pref);
+    if above != 0 {
+        above.trailing_zeros()
+    } else {
+        runs.trailing_zeros()
+    }
+}
+
 /// Lanes `0..n` as a mask (`n` up to 32).
 #[inline(always)]
 fn lanes_below(n: u32) -> u32 {
@@ -484,4 +639,30 @@ fn xorshift32(state: &mut u32) -> u32 {
     *state ^= *state >> 17;
     *state ^= *state << 5;
     state.wrapping_mul(0x9e37_79bb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_of;
+
+    #[test]
+    fn runs_of_marks_the_starts_of_free_runs() {
+        // Each start p, for every n, against the bits one by one.
+        for free in [
+            0u32,
+            1,
+            0b1011_0111,
+            0xf0f0_ff00,
+            u32::MAX,
+            0x8000_0001,
+            0x7fff_fffe,
+        ] {
+            for n in 1..=32u32 {
+                let want = (0..32u32)
+                    .filter(|&p| p + n <= 32 && (p..p + n).all(|b| free & (1 << b) != 0))
+                    .fold(0u32, |m, p| m | 1 << p);
+                assert_eq!(runs_of(free, n), want, "free {free:#x}, n {n}");
+            }
+        }
+    }
 }

@@ -129,6 +129,13 @@ pub(crate) struct LaneCtx {
     pub(crate) kernel: &'static str,
     pub(crate) clock: Arc<Clock>,
     pub(crate) accesses: Arc<Accesses>,
+    /// The lane's dependent global round trips so far: its atomic loads and
+    /// read-modify-writes and the plain reads it marks
+    /// ([`count_round_trip`]), each waiting for the one before; a
+    /// collective raises its lanes to the most any of them had (what one
+    /// lane learns from another waited for the other's trips). An atomic
+    /// only its own lane touches (the worker's one thread runs it).
+    pub(crate) trips: AtomicU64,
 }
 
 /// How the running lane gets back to its scheduler.
@@ -271,10 +278,21 @@ fn count(access: Access, sys: bool) {
             Access::Fence => (&a.fences, None),
         };
         all.fetch_add(1, Ordering::Relaxed);
+        if matches!(access, Access::Load | Access::Rmw) {
+            c.trips.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(system) = system.filter(|_| sys) {
             system.fetch_add(1, Ordering::Relaxed);
         }
     });
+}
+
+/// Counts a plain (non-atomic) read of global memory whose value the lane
+/// waits for — a slab header, say — as a dependent round trip
+/// (`LaunchStats::round_trips`); atomic loads and read-modify-writes count
+/// by themselves. Outside a launch, nothing. Not a switch point.
+pub fn count_round_trip() {
+    let _ = with_ctx(|c| c.trips.fetch_add(1, Ordering::Relaxed));
 }
 
 /// Counts one occurrence of event `index` (taken modulo [`EVENTS`]) of the

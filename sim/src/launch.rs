@@ -36,6 +36,18 @@ pub struct LaunchStats {
     pub sleep_ns: u64,
     /// Memory fences by lanes (any scope).
     pub fences: u64,
+    /// Dependent global round trips, summed over the warps: a warp's is the
+    /// most that one of its lanes waited for in a row — each atomic load and
+    /// read-modify-write, and each plain read the code marks
+    /// (`count_round_trip`), after the one before it; at a collective, its
+    /// lanes go on with the most any of them had. Stores and fences are
+    /// not waited for. Independent accesses that a GPU overlaps count one
+    /// each, so this is an upper bound on the latency chain.
+    pub round_trips: u64,
+    /// The fewest round trips of one warp (0 for a launch of no warps):
+    /// the path of a warp that nothing kept waiting — no poll, no second
+    /// scan — where `round_trips` also holds the queueing.
+    pub least_round_trips: u64,
     /// The code's own events, by index ([`crate::count_event`]).
     pub events: [u64; crate::lane::EVENTS],
     /// With `LaunchConfig::count_addresses`: the read-modify-writes on
@@ -117,7 +129,10 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         shared.by_address = Some(Default::default());
     }
     let workers = cfg.workers.max(1);
-    let mut totals = WorkerStats::default();
+    let mut totals = WorkerStats {
+        least_round_trips: u64::MAX,
+        ..WorkerStats::default()
+    };
     let mut add = |s: WorkerStats| {
         totals.steps += s.steps;
         totals.collectives += s.collectives;
@@ -129,6 +144,8 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         totals.sys_rmws += s.sys_rmws;
         totals.sleep_ns += s.sleep_ns;
         totals.fences += s.fences;
+        totals.round_trips += s.round_trips;
+        totals.least_round_trips = totals.least_round_trips.min(s.least_round_trips);
         for (total, n) in totals.events.iter_mut().zip(s.events) {
             *total += n;
         }
@@ -199,6 +216,11 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         None => Ok(LaunchStats {
             sleep_ns: totals.sleep_ns,
             fences: totals.fences,
+            round_trips: totals.round_trips,
+            least_round_trips: match totals.least_round_trips {
+                u64::MAX => 0,
+                least => least,
+            },
             events: totals.events,
             watched_rmws,
             watched_hottest,

@@ -133,6 +133,9 @@ pub(crate) struct WorkerStats {
     pub(crate) sys_rmws: u64,
     pub(crate) sleep_ns: u64,
     pub(crate) fences: u64,
+    pub(crate) round_trips: u64,
+    /// The fewest of one warp (`u64::MAX` before a warp retires).
+    pub(crate) least_round_trips: u64,
     pub(crate) events: [u64; crate::lane::EVENTS],
     pub(crate) collectives: u64,
     pub(crate) lanes: u64,
@@ -189,7 +192,10 @@ impl<'a> Worker<'a> {
             free_warps: Vec::new(),
             resident_warps: 0,
             runnable: Vec::new(),
-            stats: WorkerStats::default(),
+            stats: WorkerStats {
+                least_round_trips: u64::MAX,
+                ..WorkerStats::default()
+            },
         }
     }
 
@@ -338,6 +344,7 @@ impl<'a> Worker<'a> {
                     kernel: cfg.kernel,
                     clock: Arc::clone(&self.clock),
                     accesses: Arc::clone(&self.accesses),
+                    trips: AtomicU64::new(0),
                 });
                 let fiber = match cfg.fibers {
                     Fibers::Coroutines => {
@@ -621,6 +628,21 @@ impl<'a> Worker<'a> {
             }
         }
         let mask = p.lane_mask;
+        // What one lane learns from another waited for the other's round
+        // trips: the lanes go on with the most any of them had.
+        let mut trips = 0;
+        let mut bits = mask;
+        while bits != 0 {
+            let j = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            trips = trips.max(warp.lanes[j].ctx.trips.load(Ordering::Relaxed));
+        }
+        let mut bits = mask;
+        while bits != 0 {
+            let j = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            warp.lanes[j].ctx.trips.store(trips, Ordering::Relaxed);
+        }
         let mut bits = mask;
         let ballot = {
             let mut b = 0u32;
@@ -688,6 +710,15 @@ impl<'a> Worker<'a> {
         };
         self.free_warps.push(w);
         self.resident_warps -= 1;
+        // The warp's critical path: its lane with the most round trips.
+        let trips = warp
+            .lanes
+            .iter()
+            .map(|slot| slot.ctx.trips.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0);
+        self.stats.round_trips += trips;
+        self.stats.least_round_trips = self.stats.least_round_trips.min(trips);
         let block_slot = warp.block_slot;
         drop(warp);
         let done = match self.blocks[block_slot].as_mut() {

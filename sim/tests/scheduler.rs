@@ -380,3 +380,43 @@ fn outside_a_launch_the_caller_is_a_one_lane_warp() {
     syncwarp(1);
     switch_point();
 }
+
+#[test]
+fn round_trips_follow_the_longest_chain_through_collectives() {
+    use warpalloc_sim::{Access, count_access_at, count_round_trip};
+    let cfg = LaunchConfig::linear(1, 64).workers(1);
+    let stats = launch(&cfg, || {
+        let (warp, lane) = (warp_id(), lane_id());
+        if warp == 0 {
+            // Lane 0 waits for three loads; the ballot passes its chain to
+            // every lane, and lane 1 adds two RMWs and a marked read; a
+            // store and a fence are not waited for.
+            if lane == 0 {
+                for _ in 0..3 {
+                    count_access_at(Access::Load, false, 0);
+                }
+            }
+            ballot(u32::MAX, true);
+            if lane == 1 {
+                count_access_at(Access::Rmw, false, 0);
+                count_access_at(Access::Store, false, 0);
+                count_access_at(Access::Fence, false, 0);
+                count_access_at(Access::Rmw, true, 0);
+                count_round_trip();
+            }
+        } else {
+            // No collective: the lanes' chains stay apart; the longest is
+            // lane 5's two.
+            if lane == 0 {
+                count_access_at(Access::Load, false, 0);
+            }
+            if lane == 5 {
+                count_access_at(Access::Load, false, 0);
+                count_access_at(Access::Rmw, false, 0);
+            }
+        }
+    })
+    .unwrap();
+    assert_eq!(stats.round_trips, 6 + 2);
+    assert_eq!(stats.least_round_trips, 2);
+}
