@@ -129,19 +129,25 @@ struct Bounds {
 /// at 1 KiB, 0.38 to 0.46 at 8 KiB, 0.15 to 0.17 mixed; round trips per
 /// pair on the path of the warp with the fewest 20.75 to 28.25 (their mean
 /// over the warps, polls included, 23.5 to 147.8).
+///
+/// With one word per slot (pointer, count and class; three runs, 03:53 UTC):
+/// guard RMWs per group-pair 5.13 to 5.31 at 8 KiB (other classes' slabs
+/// are passed without a lock), 3.66 to 3.69 at 1 KiB; mallocs of more than
+/// 4 scans per 1 000 29.0 to 30.2 at 8 KiB; the path's round trips per
+/// pair 12.25 to 18.
 const COLD: Bounds = Bounds {
     growth: 0.7,
     guard_rmws: 6.0,
-    guard_rmws_8k: 16.0,
+    guard_rmws_8k: 8.0,
     rmws_per_group_pair: 24.0,
     sleep_ns_per_pair: 10_000.0,
     scans: 4.0,
     long_searches: 10.0,
-    long_searches_8k: 250.0,
+    long_searches_8k: 60.0,
     extra_probes_small: 0.1,
     extra_probes: 1.0,
     fences_per_pair: 4.5,
-    path_round_trips: 34.0,
+    path_round_trips: 20.0,
 };
 
 /// The same launch again on that heap, whose slabs are there, empty: the
@@ -172,19 +178,25 @@ const COLD: Bounds = Bounds {
 /// 3.52 mixed. Round trips per pair on the path of the warp with the
 /// fewest: 17 at 16 and 64 B, 18 at 1 and 8 KiB (the look's load), 19
 /// mixed; their mean over the warps 18.0 to 79.6.
+///
+/// With one word per slot (pointer, count and class; three runs, 03:53
+/// UTC): the path's round trips per pair 9 at 16 and 64 B, 10 at 1 and
+/// 8 KiB, 10.25 to 11 mixed (17 to 19 before); at 8 KiB guard RMWs per
+/// group-pair 3.31 to 4.10, scans per group-malloc 1.09 to 1.43, mallocs of
+/// more than 4 scans per 1 000 0 to 5.6, extra walk rounds 0.26 to 0.42.
 const WARM: Bounds = Bounds {
     growth: 0.7,
     guard_rmws: 3.5,
-    guard_rmws_8k: 8.0,
+    guard_rmws_8k: 5.0,
     rmws_per_group_pair: 16.0,
     sleep_ns_per_pair: 250.0,
-    scans: 3.0,
+    scans: 2.0,
     long_searches: 10.0,
-    long_searches_8k: 50.0,
+    long_searches_8k: 10.0,
     extra_probes_small: 0.1,
     extra_probes: 0.75,
     fences_per_pair: 4.5,
-    path_round_trips: 19.0,
+    path_round_trips: 11.0,
 };
 
 /// The most slabs taken over from another slot per 1 000 pairs.

@@ -410,7 +410,7 @@ pub struct Layout {
 /// Words of [`Layout::words`].
 pub const LAYOUT_WORDS: usize = 15;
 /// Word 0 of [`Layout::words`]: "WAHEAP" and a format number.
-pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0004;
+pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0005;
 
 impl Layout {
     /// The layout as the words of the `WARPALLOC_HEAP_LAYOUT` global:

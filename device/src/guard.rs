@@ -1,29 +1,50 @@
-//! The slot guard: a wait-free reference-counted pointer to a slab.
+//! The slot guard: a wait-free reference-counted pointer to a slab, in one
+//! 64-bit word.
 //!
 //! Each slot of the slot table holds one guard. A slot is empty (`ptr == 0`),
 //! being created (`ptr == SENTINEL`, owned by the lane that claimed it), or
 //! published (`ptr` = a slab's address in `SLAB_SIZE` units: slabs are
 //! aligned to their size, and the heap's region ends below
-//! `SLOT_ADDR_LIMIT`, so 32 bits name every slab). The reference count says
-//! how many reservations (allocations in flight or live, plus transient
-//! locks) the slab has; a flag bit says that the count is live (a published
-//! slab's, or one being published: `publish` makes it live just before the
-//! pointer shows). Every other counter is dead — a slot never used (all
-//! zero, as device memory starts), empty, claimed, or its slab being taken
-//! over — so that the only zero *live* count is a published slab's that its
-//! holders released. Both words are 32-bit: the search's atomics and
-//! compare-and-swaps take one register per operand, not two.
+//! `SLOT_ADDR_LIMIT`, so 32 bits name every slab). The counter says how
+//! many reservations (allocations in flight or live, plus transient locks)
+//! the slab has, and of which class it is; a flag bit says that it is live
+//! (a published slab's). Every other counter is dead — a slot never used
+//! (all zero, as device memory starts), empty, claimed, or its slab being
+//! taken over — so that the only zero *live* count is a published slab's
+//! that its holders released.
+//!
+//! Pointer and counter share one word, so that one atomic reads both at one
+//! instant: a lock is one `fetch_add` that takes the references and returns
+//! the slab they hold and its class (no load before, no re-read after, no
+//! header read); a claim sets the pointer and its creation tag in one
+//! compare-and-swap; a publication sets the pointer and the live count in
+//! one swap. (With two 32-bit words, a lock loaded the pointer, added to
+//! the count and loaded the pointer again, a locker could hold a stale
+//! reference to a slab rebuilt meanwhile, and a creation could be met
+//! before its tag: 17 dependent round trips per malloc/free pair in the
+//! contention test, 9 now; see BENCHMARKS.md.)
 //!
 //! ```text
-//!   ptr:   31 ............................................................ 0
-//!        ┌─────────────────────────────────────────────────────────────────┐
-//!        │ 0 (empty) | SENTINEL (being created) | slab >> SLAB_SHIFT       │
-//!        └─────────────────────────────────────────────────────────────────┘
-//!   refs:  31      30 ..................................................... 0
-//!        ┌───────┬─────────────────────────────────────────────────────────┐
-//!        │ LIVE  │ count                                                   │
-//!        └───────┴─────────────────────────────────────────────────────────┘
+//!   word:  63 ........................... 32  31 ........................... 0
+//!        ┌──────────────────────────────────┬──────────────────────────────────┐
+//!        │ counter (refs)                   │ ptr                              │
+//!        └──────────────────────────────────┴──────────────────────────────────┘
+//!   ptr:   0 (empty) | SENTINEL (being created) | slab >> SLAB_SHIFT
+//!   refs, live (published):
+//!          31    30 ....... 24  23 .......................................... 0
+//!        ┌─────┬──────────────┬─────────────────────────────────────────────┐
+//!        │LIVE │ class + 1    │ count                                        │
+//!        └─────┴──────────────┴─────────────────────────────────────────────┘
+//!   refs while being created (dead):
+//!        ┌─────┬──────────────┬─────────────────────────────────────────────┐
+//!        │  0  │ class + 1    │ lanes: the claim's + every registered group's │
+//!        └─────┴──────────────┴─────────────────────────────────────────────┘
 //! ```
+//!
+//! The pointer is the low half, as a host reads a slot (pointer, then
+//! counter, 32 bits each, little-endian), and additions to the counter are
+//! additions of `n << 32`: a carry out of the counter leaves the word, never
+//! touching the pointer.
 //!
 //! While a slot is being created its dead counter counts who waits for the
 //! creation: the claim sets it to a creation tag — the class above
@@ -31,64 +52,51 @@
 //! that meets the slot adds its lanes. A group for which the creation will
 //! have room waits for it; the others go on and claim slots of their own,
 //! so a class grows by as many slabs at once as its waiting lanes need
-//! (heap/search.rs).
-//!
-//! ```text
-//!   refs while being created (dead):
-//!          31  30 ....... 24  23 .......................................... 0
-//!        ┌───┬──────────────┬─────────────────────────────────────────────┐
-//!        │ 0 │ class + 1    │ lanes: the claim's + every registered group's │
-//!        └───┴──────────────┴─────────────────────────────────────────────┘
-//! ```
+//! (heap/search.rs). A takeover that keeps its slot (`take_over`) leaves it
+//! being created with an untagged counter (class field 0): a group that
+//! meets it looks again.
 //!
 //! A live count is at most a slab's blocks (2^17) plus the lanes in flight
-//! (an H200 holds 270 336 threads at once): far below 2^31. A dead count's
-//! garbage is overwritten by the next claim's tag and `publish`; each failed
-//! acquire adds at most 32 (one group's lock) and needs a locker that read
-//! the slab's word in the short window between a takeover's CAS and its
-//! store to `ptr`, and registrations add a creation's waiters (at most the
-//! lanes resident, 270 336 on an H200, below the tag's 2^24), so reading as
-//! LIVE would take far more lock attempts than one window sees.
+//! (an H200 holds 270 336 threads at once): far below the count field's
+//! 2^24, so an addition never reaches the class. A dead counter's garbage —
+//! failed acquires, at most 32 each, on an empty slot or a slab being taken
+//! over — is overwritten by the next claim, takeover, vacate or
+//! publication; `LIVE` on an empty slot or a creation is no state the
+//! protocol makes, and is read as dead (`Seen::is_live`).
 //!
-//! * `acquire(n)`: `fetch_add(n)`; it succeeded iff LIVE was set (a failed
-//!   one leaves garbage in a dead counter, which `publish` overwrites).
-//! * `release(n)`: `fetch_sub(n)`, nothing more: a slab whose count reaches
-//!   zero stays published, empty (its class's next malloc takes it as it
-//!   is). The free path never disposes of a slab.
-//! * `reclaim()`: CAS `LIVE | 0 → 0`, by a lane that wants an empty slab for
-//!   something else (a claim of a new slab, for any class). Winning it means
-//!   no one holds the slab and every later acquire fails, so the winner owns
-//!   it; it empties the slot (`vacate`) and uses the slab elsewhere —
-//!   or, `take_over()`, keeps the slot as a claim would (`SENTINEL`) and
-//!   rebuilds the slab in it (a group that found no free slot).
-//! * `lock(n, claim)` on a slot being created, by a search that may claim:
-//!   `fetch_add(n)` too — on the dead counter a registration (`Creating`,
-//!   with the tag and the lanes counted so far); if the creation was
-//!   published meanwhile, an acquire like any other. A claim sets the tag
-//!   with an exchange, not a store (loom: with a store, a model ended with
-//!   a published slab whose count was dead, never to be reclaimed).
-//! * `read()`: the count, or 0 for a dead counter. One load.
-//! * `publish(n)`: after creating a slab, set the count to `LIVE | n` (a CAS
-//!   from the dead counter: every acquire of it failed, so no holder exists),
-//!   then store the address. In this order no locker can take the new slab
-//!   and release it to zero — making it reclaimable — before the publishers'
-//!   references count.
+//! * `lock(n)`: `fetch_add(n << 32)`; it succeeded iff the counter it left
+//!   is live (a failed one leaves garbage in a dead counter, or counts the
+//!   caller on a creation).
+//! * `release(n)`: `fetch_sub(n << 32)`, nothing more: a slab whose count
+//!   reaches zero stays published, empty (its class's next malloc takes it
+//!   as it is). The free path never disposes of a slab.
+//! * `reclaim()`: CAS `slab, LIVE | class | 0 → slab, 0`, by a lane that
+//!   wants an empty slab for something else. Winning it means no one holds
+//!   the slab and every later acquire fails, so the winner owns it; it
+//!   empties the slot (`vacate`) and uses the slab elsewhere — or,
+//!   `take_over()`, CAS `→ SENTINEL, 0`: keeps the slot as a claim would
+//!   and rebuilds the slab in it (a group that found no free slot).
+//! * `claim(tag)`: CAS `0, garbage → SENTINEL, tag`.
+//! * `publish(slab, class, n)`: swap `SENTINEL, dead → slab, LIVE | class |
+//!   n`, after the release fence that makes the slab's initialisation
+//!   visible to every acquire that lands on the new count.
+//! * `look()`: pointer, count and class, one load.
 //!
 //! Invariants (checked by the loom models in `tests/loom.rs` and by the
-//! simulator stress tests):
+//! simulator stress tests; `DeviceHeap::check` checks the class against
+//! the slab's header):
 //! * `count ≥ live reservations of the slab` while `ptr` is published, and a
 //!   reservation is taken (acquire) before its bit is set and given back
 //!   (release) after its bit is cleared, so `count ≥ set bits`;
+//! * a live counter's class is its slab's (`publish` names it);
 //! * a slab is taken over only by the one `reclaim` that turned a live zero
-//!   count dead — never while anyone holds it (a never-used slot's zero is
-//!   dead, so a reclaim racing with the slot's first creation fails: loom
-//!   found the version with a dead bit instead, where it won);
-//! * a lane holding a successful acquire reads a published `ptr`, and that
-//!   slab outlives its release.
+//!   count dead — never while anyone holds it;
+//! * a lane holding a successful acquire holds the slab the same atomic
+//!   returned, and that slab outlives its release.
 
 use crate::simt::Scope;
 use crate::size_class::SLAB_SHIFT;
-use crate::sync::{AtomicU32, Ordering, fence};
+use crate::sync::{AtomicU64, Ordering, fence};
 
 /// The counter is live (a published slab's): acquires succeed. Without
 /// it, the counter is dead and acquires fail.
@@ -119,13 +127,14 @@ const _: () = assert!((crate::size_class::CLASS_COUNT as u32) < TAG_CLASSES);
 /// so that a creation is waited for by about as many lanes as it will
 /// serve, and the rest go on and create slabs of their own. Never 0 (`n`
 /// ≥ 1), so that it also says "may claim" to [`Guard::lock`]. The class is
-/// stored plus one: a claim takes the slot (its pointer's CAS) before it
-/// tags the counter, and a group that registers in between adds its lanes
-/// to a counter of 0 — a class field of 0, which says "not tagged yet" (the
-/// tag's exchange will overwrite that addition: `Guard::lock` answers
-/// [`UNKNOWN_WAIT`], look again), rather than "class 0". Read as class 0, it sent groups of every other class on
-/// to claim slots of their own: two slabs where one served (4 blocks of
-/// 128 threads at 64 B, 2026-12-04).
+/// stored plus one, so that a class field of 0 says "not tagged": a
+/// takeover's rebuild (`Guard::take_over` leaves the counter 0), which a
+/// group that meets it must look at again ([`UNKNOWN_WAIT`]), rather than
+/// a creation of class 0. (When a claim set its pointer and its tag in two
+/// atomics, a group that registered in between read the untagged counter
+/// as class 0 and went on to claim a slot of its own: two slabs where one
+/// served, 4 blocks of 128 threads at 64 B, 2026-12-04.) A live counter
+/// keeps the class the same way ([`live_count`]).
 #[inline(always)]
 pub const fn creation_tag(class: usize, n: u32) -> u32 {
     (((class as u32 + 1) % TAG_CLASSES) << TAG_SHIFT) | (n & TAG_LANES)
@@ -188,7 +197,7 @@ pub mod plant {
     /// No bug.
     pub const NONE: u32 = 0;
     pub use super::{
-        POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_BY_ADD, PUBLISH_COUNT_BEFORE_RELEASE,
+        LOCK_WITHOUT_ACQUIRE, POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_BY_ADD,
         PUBLISH_WITHOUT_RELEASE, RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT,
         RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE, TAKE_CLEARS_BY_STORE,
         UNTAGGED_AS_CLASS_ZERO,
@@ -213,12 +222,11 @@ pub const RECLAIM_WITHOUT_ACQUIRE: u32 = 2;
 /// Planted bug: `publish` stores the pointer without the release fence, so
 /// lockers can read the slab before it is initialised.
 pub const PUBLISH_WITHOUT_RELEASE: u32 = 3;
-/// Planted bug: `publish` makes the count live before its release fence (the
-/// order it had first; found in review), so a stale locker — one that read
-/// the slot's previous slab, the same address when a slab is taken over and
-/// rebuilt in its slot — acquires the new count and uses the slab before
-/// its initialisation is visible.
-pub const PUBLISH_COUNT_BEFORE_RELEASE: u32 = 4;
+/// Planted bug: `lock` returns a reference without its acquire fence, so a
+/// locker whose addition lands on a publication's live count — of a slab
+/// taken over and rebuilt in its slot, say — uses the slab before its
+/// initialisation is visible.
+pub const LOCK_WITHOUT_ACQUIRE: u32 = 4;
 
 /// Planted bug: the RPC client flips its flag before the release fence, so
 /// the server can read arguments that are not written yet.
@@ -243,10 +251,10 @@ pub const TAKE_CLEARS_BY_STORE: u32 = 9;
 /// that registered to wait for it become references that no one holds:
 /// the slab never empties.
 pub const PUBLISH_BY_ADD: u32 = 10;
-/// Bug: a dead counter that the claim has not tagged yet reads as a
-/// creation of class 0 (the tag's class stored as it is, 0 a class): a
-/// group of another class that registered before the tag goes on to claim
-/// a slot of its own while the creation would have served it.
+/// Bug: a tag's class field is read as it is stored (class plus one), not
+/// less one — as when the untagged 0 was read as class 0: a group meets a
+/// creation of its own class as another's and goes on to claim a slot of
+/// its own while the creation would have served it.
 pub const UNTAGGED_AS_CLASS_ZERO: u32 = 11;
 
 /// Whether `bug` is planted (always false outside loom builds).
@@ -280,122 +288,116 @@ fn slab_of(word: u32) -> u64 {
 /// Slabs lie below this address, so that a slot word names every one.
 pub const SLOT_ADDR_LIMIT: u64 = (SENTINEL as u64) << SLAB_SHIFT;
 
-/// The reference count of a slot.
-#[repr(transparent)]
-#[derive(Debug)]
-pub struct RefCount {
-    counter: AtomicU32,
+/// The guard word of a slot whose pointer is `ptr` and whose counter is
+/// `refs`.
+#[inline(always)]
+const fn pack(ptr: u32, refs: u32) -> u64 {
+    (refs as u64) << REFS_SHIFT | ptr as u64
 }
 
-impl RefCount {
-    /// A count of zero (an empty slot).
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        RefCount {
-            counter: AtomicU32::new(0),
-        }
-    }
+/// Where the counter sits in the guard word: the high half, so that the
+/// low half is the pointer as a host reads the slot (`repr(C)` order of old:
+/// pointer, then count), and a carry out of the counter leaves the word.
+const REFS_SHIFT: u32 = 32;
 
-    /// A count of zero (an empty slot).
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        RefCount {
-            counter: AtomicU32::new(0),
-        }
-    }
-
-    /// Takes `n` references; the count after, or `None` if the counter is
-    /// dead (the references are not held).
-    #[inline(always)]
-    pub fn acquire(&self, n: u32) -> Option<u32> {
-        let value = self.add(n);
-        (value & LIVE != 0).then_some(value & !LIVE)
-    }
-
-    /// Adds `n` to the counter and returns its raw value after: a live
-    /// count (`LIVE` set: `n` references taken), or a dead counter's
-    /// garbage (the references are not held).
-    #[inline(always)]
-    fn add(&self, n: u32) -> u32 {
-        self.counter.fetch_add(n).wrapping_add(n)
-    }
-
-    /// Sets a dead counter to `tag` (a claim's [`creation_tag`]): only a
-    /// slot's claimant does this, and no acquire can succeed on it until
-    /// `publish` makes it live. An exchange, not a store (loom: with a
-    /// store, `guard_claim_race` ended with a published slab whose count
-    /// was dead). A racing registration may be lost or land on top: the
-    /// value only steers how many groups wait for the creation.
-    #[inline(always)]
-    fn tag(&self, tag: u32) {
-        self.counter.swap(tag & !LIVE);
-    }
-
-    /// Gives back `n` references taken by a successful [`acquire`];
-    /// returns the count after. A count of zero leaves the slab published
-    /// and empty.
-    ///
-    /// [`acquire`]: RefCount::acquire
-    #[inline(always)]
-    pub fn release(&self, n: u32) -> u32 {
-        self.counter.fetch_sub(n).wrapping_sub(n) & !LIVE
-    }
-
-    /// Takes the slab over if no one holds it (a live zero count): the
-    /// counter becomes dead and the caller owns the slab.
-    #[inline(always)]
-    pub fn reclaim(&self) -> bool {
-        if planted(RECLAIM_WITHOUT_COUNT) {
-            return self.counter.swap(0) & LIVE != 0;
-        }
-        self.counter.compare_exchange(LIVE, 0).is_ok()
-    }
-
-    /// The count, or 0 for a dead counter. One load.
-    #[inline(always)]
-    pub fn read(&self) -> u32 {
-        let value = self.counter.load(Ordering::Relaxed);
-        if value & LIVE != 0 { value & !LIVE } else { 0 }
-    }
-
-    /// Sets the count of a slab about to be published to `LIVE | n`, from a
-    /// dead counter. A compare-and-swap, not a store: a
-    /// stale locker's failing `fetch_add` on the dead counter must not be
-    /// lost or overwrite ours, and every acquire that succeeds afterwards
-    /// counts on top of `n`.
-    fn establish(&self, n: u32) {
-        if planted(PUBLISH_BY_ADD) {
-            self.counter.fetch_add(LIVE | n);
-            return;
-        }
-        let mut seen = self.counter.load(Ordering::Relaxed);
-        while let Err(now) = self.counter.compare_exchange(seen, LIVE | n) {
-            seen = now;
-        }
-    }
-
-    /// The raw counter (for reports and checks).
-    pub fn raw(&self) -> u32 {
-        self.counter.load(Ordering::Relaxed)
-    }
+/// The counter of a published slab of `class` holding `n` references.
+#[inline(always)]
+pub const fn live_count(class: usize, n: u32) -> u32 {
+    LIVE | creation_tag(class, n)
 }
 
-impl Default for RefCount {
-    fn default() -> Self {
-        Self::new()
+/// A live counter's references (the lanes field: a class sits above).
+const COUNT_MASK: u32 = TAG_LANES;
+
+/// One load of a slot: its pointer and its counter at one instant, and
+/// what a search reads from them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    ptr: u32,
+    refs: u32,
+}
+
+impl Seen {
+    #[inline(always)]
+    fn of(word: u64) -> Seen {
+        Seen {
+            ptr: word as u32,
+            refs: (word >> REFS_SHIFT) as u32,
+        }
+    }
+
+    /// Whether the slot publishes a slab with a live counter. (`LIVE` on
+    /// an empty slot or a creation is no state the protocol makes: only
+    /// lockers' failed additions, piled up past 2^31, could set it.)
+    #[inline(always)]
+    fn is_live(self) -> bool {
+        self.refs & LIVE != 0 && self.ptr != 0 && self.ptr != SENTINEL
+    }
+
+    /// The references, or 0 for a dead counter.
+    #[inline(always)]
+    pub fn count(self) -> u32 {
+        if self.is_live() {
+            self.refs & COUNT_MASK
+        } else {
+            0
+        }
+    }
+
+    /// The class of a published slab (`None` for a dead counter).
+    #[inline(always)]
+    pub fn class(self) -> Option<u32> {
+        self.is_live()
+            .then(|| ((self.refs >> TAG_SHIFT) % TAG_CLASSES).wrapping_sub(1))
+    }
+
+    /// Whether the slot is empty.
+    #[inline(always)]
+    pub fn is_empty(self) -> bool {
+        self.ptr == 0
+    }
+
+    /// Whether a search for `n` lanes of class `class` (slabs of `usable`
+    /// blocks) should lock the slot: a published slab of its class with
+    /// the room [`admission`] wants (an empty one, a zero count, only if
+    /// the search may claim); a dead counter (an empty slot, a creation, a
+    /// takeover) only if the search may claim, and not a creation tagged
+    /// for another class or one that will have no room for the `n` lanes —
+    /// registering there would only inflate its count (its own class's
+    /// groups would then pass it and claim more slabs than their lanes
+    /// need) and cost an atomic. Another class's slab is passed without a
+    /// lock: the counter names the class.
+    #[inline(always)]
+    pub fn worth_a_lock(self, class: u32, usable: u32, n: u32, may_claim: bool) -> bool {
+        let raw = self.refs;
+        if self.is_live() {
+            let count = raw & COUNT_MASK;
+            return self.class() == Some(class)
+                && count + admission(n, usable) <= usable
+                && (may_claim || count > 0);
+        }
+        // An empty slot (whatever failed additions its counter holds), or
+        // a takeover's rebuild (class field 0, not tagged): claimable, or
+        // to look at again.
+        may_claim
+            && (self.ptr == 0
+                || raw >> TAG_SHIFT == 0
+                || Creation::of(raw).is_none_or(|c| c.serves(class, n, usable)))
     }
 }
 
 /// What a lock attempt found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lock {
-    /// The slot holds slab `slab`; the caller holds `n` references and the
-    /// count after its acquire was `count`.
+    /// The slot holds slab `slab` of class `class`; the caller holds `n`
+    /// references and the count after its acquire was `count`.
     Acquired {
         /// The slab's address.
         slab: u64,
         /// The count after the acquire.
         count: u32,
+        /// The slab's class (its publication's).
+        class: u32,
     },
     /// The slot was empty and the caller claimed it: it must create a slab
     /// and [`Guard::publish`] it, or [`Guard::abandon`] the claim.
@@ -404,38 +406,37 @@ pub enum Lock {
     /// `waiting` is the dead counter after the caller's addition: the
     /// claim's [`creation_tag`] plus every group's lanes that registered
     /// so far, the caller's included ([`Creation::of`] reads it); or
-    /// [`UNKNOWN_WAIT`] when the caller met a creation that was just
-    /// being published (retry at once) or did not register (`claim` 0).
+    /// [`UNKNOWN_WAIT`] when the slot was being rebuilt by a takeover
+    /// (untagged), was claimed by another lane as the caller met it empty,
+    /// or the caller did not register (`claim` 0).
     Creating {
         /// The dead counter after the caller's addition.
         waiting: u32,
     },
-    /// As `Creating`, but the caller's stale reference was the slot's
-    /// last: its new slab is empty now, and the caller must mark it empty
-    /// (`EmptySlots::mark`).
-    Emptied,
     /// The slot's slab is being taken over: retry a few times, then another.
     Busy,
     /// The slot is empty and the caller may not claim it.
     Empty,
 }
 
-/// One slot of the slot table (`repr(C)`: `ptr`, then the count, 32 bits
-/// each; a host reads slot tables by this layout).
-#[repr(C)]
+/// One slot of the slot table: one 64-bit word, the pointer in its low
+/// half and the counter in its high half (a host reads a slot as the
+/// pointer, then the counter, 32 bits each).
+#[repr(transparent)]
 #[derive(Debug)]
 pub struct Guard {
-    ptr: AtomicU32,
-    refs: RefCount,
+    word: AtomicU64,
 }
+
+const _: () = assert!(core::mem::size_of::<Guard>() == 8);
+const _: () = assert!(core::mem::align_of::<Guard>() == 8);
 
 impl Guard {
     /// An empty slot.
     #[cfg(not(loom))]
     pub const fn new() -> Self {
         Guard {
-            ptr: AtomicU32::new(0),
-            refs: RefCount::new(),
+            word: AtomicU64::new(0),
         }
     }
 
@@ -443,9 +444,14 @@ impl Guard {
     #[cfg(loom)]
     pub fn new() -> Self {
         Guard {
-            ptr: AtomicU32::new(0),
-            refs: RefCount::new(),
+            word: AtomicU64::new(0),
         }
+    }
+
+    /// The slot now: pointer and counter from one load.
+    #[inline(always)]
+    pub fn look(&self) -> Seen {
+        Seen::of(self.word.load(Ordering::Relaxed))
     }
 
     /// Tries to take `n` references to the slot's slab, claiming the slot
@@ -453,191 +459,183 @@ impl Guard {
     /// the claim leaves in the dead counter. One lane calls it for its
     /// group. Meeting a slot being created, the caller's `n` lanes are
     /// added to the creation's count ([`Lock::Creating`]).
+    ///
+    /// One `fetch_add` on the whole word: the counter it adds to and the
+    /// pointer it returns are the slot's at one instant, so a live counter
+    /// names the slab the references hold (no load before, no re-read
+    /// after).
     pub fn lock(&self, n: u32, claim: u32) -> Lock {
-        let seen = self.ptr.load(Ordering::Relaxed);
-        if seen == 0 {
-            if claim == 0 {
-                return Lock::Empty;
-            }
-            if self.claim(claim) {
-                return Lock::Claimed;
-            }
+        let unit = pack(0, n);
+        let after = Seen::of(self.word.fetch_add(unit).wrapping_add(unit));
+        match after.ptr {
+            // An empty slot: our addition is garbage in its dead counter
+            // (the next claim's tag replaces it).
+            0 if claim == 0 => Lock::Empty,
+            0 if self.claim(claim) => Lock::Claimed,
             // Claimed (or published) by another lane since.
-        }
-        // On a slab: an acquire. On a creation (SENTINEL; also an empty
-        // slot claimed since our load) by a search that may claim: a
-        // registration as its waiter (the dead counter counts the lanes
-        // that wait for it), or, if it was published meanwhile, an
-        // acquire. Others (frees, an exhausted heap's search) only learn
-        // that it is being created. The guard does not wait: its caller
-        // decides (the search waits only for a creation of its own class
-        // that will have room for it, out of line, see heap/search.rs).
-        let creating = seen == 0 || seen == SENTINEL;
-        if creating && claim == 0 {
-            return Lock::Creating {
+            0 => Lock::Creating {
                 waiting: UNKNOWN_WAIT,
-            };
-        }
-        let raw = self.refs.add(n);
-        if raw & LIVE == 0 {
-            return if creating {
-                // A class field of 0: the claim has not tagged the counter
-                // yet, and its tag will overwrite our addition — we are
-                // not counted, and must look again.
-                let untagged = raw >> TAG_SHIFT == 0 && !planted(UNTAGGED_AS_CLASS_ZERO);
+            },
+            // A creation met by a search that may claim: a registration as
+            // its waiter (lanes counted on the dead counter). A class field
+            // of 0: a takeover's rebuild, not tagged — we are not counted,
+            // and must look again. Others (frees, an exhausted heap's
+            // search) only learn that it is being created.
+            SENTINEL => {
+                let untagged = after.refs >> TAG_SHIFT == 0 && !planted(UNTAGGED_AS_CLASS_ZERO);
                 Lock::Creating {
-                    waiting: if untagged { UNKNOWN_WAIT } else { raw },
+                    waiting: if claim == 0 || untagged {
+                        UNKNOWN_WAIT
+                    } else {
+                        after.refs
+                    },
                 }
-            } else {
-                // A published slab whose count is dead: being taken over.
-                Lock::Busy
-            };
-        }
-        let count = raw & !LIVE;
-        // ORDERING: acquire (gpu): pairs with the release fence in `publish`
-        // (before it makes the count live): a successful acquire means the
-        // slab we now read was initialised (header, bitfield, granule entry)
-        // before our reference counted.
-        fence(Ordering::Acquire, Scope::Gpu);
-        // Re-read: the slab may have been replaced between the first load and
-        // the acquire; the reference now protects the current one.
-        let word = self.ptr.load(Ordering::Relaxed);
-        if word == 0 || word == SENTINEL {
-            // We read a dead slab's address, and our acquire landed on the
-            // count a publisher made live before storing its new address: give
-            // ours back and retry. If ours was the last reference (the
-            // publishers stored the address, allocated and freed meanwhile),
-            // the new slab is empty now, and the caller must mark it.
-            if self.refs.release(n) == 0 {
-                return Lock::Emptied;
             }
-            return Lock::Creating {
-                waiting: UNKNOWN_WAIT,
-            };
-        }
-        Lock::Acquired {
-            slab: slab_of(word),
-            count,
+            _ if after.refs & LIVE != 0 => {
+                // ORDERING: acquire (gpu): pairs with the release fence in
+                // `publish`: the live counter was set by the publication,
+                // whose slab (header, bitfield, granule entry) was
+                // initialised before it; our reference counts on it.
+                if !planted(LOCK_WITHOUT_ACQUIRE) {
+                    fence(Ordering::Acquire, Scope::Gpu);
+                }
+                Lock::Acquired {
+                    slab: slab_of(after.ptr),
+                    count: after.refs & COUNT_MASK,
+                    class: ((after.refs >> TAG_SHIFT) % TAG_CLASSES).wrapping_sub(1),
+                }
+            }
+            // A published slab whose counter is dead: being taken over (our
+            // addition holds nothing; the takeover overwrites it).
+            _ => Lock::Busy,
         }
     }
 
     /// Claims the slot if it is empty (true), leaving `tag` (a
-    /// [`creation_tag`]) in its dead counter: the caller must create a slab
-    /// and [`Guard::publish`] it, or [`Guard::abandon`] the claim. Unlike
-    /// [`Guard::lock`], a slot that is not empty is left as it is — no
-    /// registration on a creation, no reference to a slab.
+    /// [`creation_tag`]) in its dead counter — pointer and tag in one
+    /// compare-and-swap, so that no one meets the creation untagged: the
+    /// caller must create a slab and [`Guard::publish`] it, or
+    /// [`Guard::abandon`] the claim. Unlike [`Guard::lock`], a slot that is
+    /// not empty is left as it is — no registration on a creation, no
+    /// reference to a slab.
     #[inline(always)]
     pub fn claim(&self, tag: u32) -> bool {
-        if self.ptr.compare_exchange(0, SENTINEL).is_err() {
-            return false;
+        // An empty slot's counter is 0, or holds failed additions of
+        // lockers that met it empty: the tag replaces them.
+        let mut seen = 0;
+        while let Err(now) = self
+            .word
+            .compare_exchange(seen, pack(SENTINEL, tag & !LIVE))
+        {
+            if now as u32 != 0 {
+                return false;
+            }
+            seen = now;
         }
         // ORDERING: acquire (gpu): pairs with the release fence in `vacate`:
-        // the previous occupant's takeover happens-before our creation —
-        // our tag below included, which must come after the takeover's CAS
-        // of the counter (loom found the tag stored before this fence land
-        // before that CAS in the counter's order and turn a published
-        // slab's count dead).
+        // the previous occupant's takeover (its granule entry) happens-before
+        // our creation.
         fence(Ordering::Acquire, Scope::Gpu);
-        // The counter is dead (an empty slot's): it counts the lanes that
-        // wait for this creation until `publish`.
-        self.refs.tag(tag);
         true
     }
 
-    /// Whether a search for `n` lanes of class `class` (slabs of `usable`
-    /// blocks) should lock the slot, from one load of its counter: a live
-    /// count with the room [`admission`] wants (a zero count, an empty
-    /// slab, only if the search may claim); a dead one (an empty slot, a
-    /// creation, a takeover) only if
-    /// the search may claim, and not a creation tagged for another class or
-    /// one that will have no room for the `n` lanes — registering there
-    /// would only inflate its count (its own class's groups would then pass
-    /// it and claim more slabs than their lanes need) and cost an atomic.
-    #[inline(always)]
-    pub fn worth_a_lock(&self, class: u32, usable: u32, n: u32, may_claim: bool) -> bool {
-        let raw = self.refs.raw();
-        if raw & LIVE != 0 {
-            let count = raw & !LIVE;
-            return count + admission(n, usable) <= usable && (may_claim || count > 0);
-        }
-        // An empty slot's counter, or a claim's not tagged yet: class
-        // field 0 (claimable, or to look at again).
-        may_claim
-            && (raw >> TAG_SHIFT == 0
-                || Creation::of(raw).is_none_or(|c| c.serves(class, n, usable)))
-    }
-
-    /// Whether the slot is empty now (one load): a search looks for its
-    /// class's emptied slabs before it claims one.
+    /// Whether the slot is empty now (one load).
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.ptr.load(Ordering::Relaxed) == 0
+        self.look().is_empty()
     }
 
-    /// Whether the slot is being created by a claim that has not tagged its
-    /// counter yet, or rebuilt by a takeover (which leaves it untagged):
-    /// a registration now would not count (two loads; a search polls this
-    /// instead of locking again).
+    /// Whether the slot is being rebuilt by a takeover, which leaves its
+    /// counter untagged: a registration now would not count (one load; a
+    /// search polls this instead of locking again).
     #[inline(always)]
     pub fn is_untagged_claim(&self) -> bool {
-        self.is_creating() && self.refs.raw() >> TAG_SHIFT == 0
+        let seen = self.look();
+        seen.ptr == SENTINEL && seen.refs >> TAG_SHIFT == 0
     }
 
     /// Whether the slot is being created now (one load: a waiter polls
     /// this instead of registering again).
     #[inline(always)]
     pub fn is_creating(&self) -> bool {
-        self.ptr.load(Ordering::Relaxed) == SENTINEL
+        self.look().ptr == SENTINEL
     }
 
-    /// Publishes a slab created after [`Lock::Claimed`], with `n`
-    /// references held by the publishing group; returns the count, `n`.
+    /// Publishes a slab of class `class` created after [`Lock::Claimed`]
+    /// (or a takeover that kept the slot), with `n` references held by the
+    /// publishing group; returns the count, `n`.
     ///
-    /// The count is made live *before* the pointer appears: a locker that
-    /// reads the pointer finds the publishers' references counted. (The
-    /// other order would be safe too — a dead count refuses acquires — but
-    /// this one keeps "published ⇒ live" true at every instant.)
-    pub fn publish(&self, slab: u64, n: u32) -> u32 {
-        if planted(PUBLISH_COUNT_BEFORE_RELEASE) {
-            self.refs.establish(n);
-        }
-        // ORDERING: release (gpu), before both writes: the slab's header
-        // and zeroed bitfield (the group's stores, ordered before this by
-        // `init`'s syncwarp) and its granule entry happen-before any lane
-        // that acquires the live count — a stale locker may, before the
-        // pointer shows — or reads the pointer (pairs with the acquire fence
-        // in `lock`).
+    /// One swap: the pointer and the live count appear together, replacing
+    /// the creation's dead counter (its registrations steered waiters, and
+    /// hold nothing). A locker whose addition lands after it holds a
+    /// reference on top of `n`.
+    pub fn publish(&self, slab: u64, class: usize, n: u32) -> u32 {
+        // ORDERING: release (gpu): the slab's header and zeroed bitfield
+        // (the group's stores, ordered before this by `init`'s syncwarp)
+        // and its granule entry happen-before any lane whose acquire lands
+        // on the live count (pairs with the acquire fence in `lock`).
         if !planted(PUBLISH_WITHOUT_RELEASE) {
             fence(Ordering::Release, Scope::Gpu);
         }
-        if !planted(PUBLISH_COUNT_BEFORE_RELEASE) {
-            self.refs.establish(n);
+        let word = pack(word_of(slab), live_count(class, n));
+        if planted(PUBLISH_BY_ADD) {
+            // The dead counter's tag and registrations stay, counted as
+            // references no one holds.
+            self.word.fetch_add(word.wrapping_sub(pack(SENTINEL, 0)));
+            return n;
         }
-        self.ptr.store(word_of(slab), Ordering::Relaxed);
+        self.word.swap(word);
         n
     }
 
     /// Gives up a claim (no memory for a slab).
     pub fn abandon(&self) {
-        self.ptr.store(0, Ordering::Relaxed);
+        // A swap, not a store: a store would do as well on a GPU, but loom
+        // lets a locker's `fetch_add` read the word from before a relaxed
+        // store that precedes it (tokio-rs/loom#282: its modification
+        // order is not kept for plain stores), and the models then end in
+        // states no GPU can reach.
+        self.word.swap(0);
     }
 
     /// Gives back `n` references; returns the count after (0: the slab is
     /// empty now, and stays published).
     #[inline(always)]
     pub fn unlock(&self, n: u32) -> u32 {
+        self.release(n).refs & COUNT_MASK
+    }
+
+    /// [`Guard::unlock`], returning the slot as the release left it: the
+    /// count after it and the slab's class.
+    #[inline(always)]
+    pub fn release(&self, n: u32) -> Seen {
         // ORDERING: release (gpu): our accesses to the slab (block data,
         // bitfield) happen-before a later `reclaim` of it; pairs with the
         // acquire fence there.
         fence(Ordering::Release, Scope::Gpu);
-        self.refs.release(n)
+        let unit = pack(0, n);
+        Seen::of(self.word.fetch_sub(unit).wrapping_sub(unit))
     }
 
-    /// Takes the slot's slab over when no one holds it (an empty slab):
-    /// returns the slab, which the caller now owns — it calls
-    /// [`Guard::vacate`] and uses the slab elsewhere.
-    pub fn reclaim(&self) -> Option<u64> {
-        if !self.refs.reclaim() {
+    /// Takes the slot's slab when no one holds it (a live zero count),
+    /// leaving `ptr` in the slot with a dead counter of 0; returns the
+    /// slab, which the caller now owns.
+    #[inline(always)]
+    fn take(&self, ptr: Option<u32>) -> Option<u64> {
+        let seen = self.look();
+        if !seen.is_live() || (seen.refs & COUNT_MASK != 0 && !planted(RECLAIM_WITHOUT_COUNT)) {
+            return None;
+        }
+        let into = pack(ptr.unwrap_or(seen.ptr), 0);
+        let won = if planted(RECLAIM_WITHOUT_COUNT) {
+            // Whatever the count: a slab someone holds is taken.
+            Seen::of(self.word.swap(into)).refs & LIVE != 0
+        } else {
+            self.word
+                .compare_exchange(pack(seen.ptr, seen.refs), into)
+                .is_ok()
+        };
+        if !won {
             return None;
         }
         // ORDERING: acquire (gpu): pairs with the release fence in `unlock`
@@ -646,47 +644,47 @@ impl Guard {
         if !planted(RECLAIM_WITHOUT_ACQUIRE) {
             fence(Ordering::Acquire, Scope::Gpu);
         }
-        // Read after the CAS: only the winner of a reclaim changes a
-        // published pointer, so it is the slab whose count we took. A live
-        // zero count means a published slab: the count turns live in
-        // `publish` before the pointer shows, and its publishers hold it
-        // above zero until after (the release whose zero we read ordered
-        // the pointer's store before us).
-        match self.ptr.load(Ordering::Relaxed) {
-            0 | SENTINEL => None,
-            word => Some(slab_of(word)),
-        }
+        // A live counter is a publication's: the pointer is a slab.
+        Some(slab_of(seen.ptr))
+    }
+
+    /// Takes the slot's slab over when no one holds it (an empty slab):
+    /// returns the slab, which the caller now owns — it calls
+    /// [`Guard::vacate`] and uses the slab elsewhere. The slot keeps
+    /// showing the slab, with a dead counter (lockers meet it as `Busy`),
+    /// until then.
+    pub fn reclaim(&self) -> Option<u64> {
+        self.take(None)
     }
 
     /// Takes the slot's empty slab over and keeps the slot, as a claim
-    /// would: the slot shows `SENTINEL` (being created) and the caller must
-    /// [`Guard::publish`] a slab in it — the same slab, reinitialised, when
-    /// it likes — or [`Guard::abandon`] it.
+    /// would: the slot shows `SENTINEL` (being created, untagged) and the
+    /// caller must [`Guard::publish`] a slab in it — the same slab,
+    /// reinitialised, when it likes — or [`Guard::abandon`] it.
     pub fn take_over(&self) -> Option<u64> {
-        let slab = self.reclaim()?;
-        self.ptr.store(SENTINEL, Ordering::Relaxed);
-        Some(slab)
+        self.take(Some(SENTINEL))
     }
 
     /// Empties the slot after its slab was reclaimed.
     pub fn vacate(&self) {
         // ORDERING: release (gpu): the reclaim's writes (granule table)
         // happen-before a later claim of this slot; pairs with the acquire
-        // fence of a claim in `lock`.
+        // fence of `claim`.
         fence(Ordering::Release, Scope::Gpu);
-        self.ptr.store(0, Ordering::Relaxed);
+        // A swap, not a store: see `abandon`.
+        self.word.swap(0);
     }
 
     /// The slot's count, or 0 when it is empty, being created, or being
     /// taken over. One load.
     #[inline(always)]
     pub fn use_count(&self) -> u32 {
-        self.refs.read()
+        self.look().count()
     }
 
     /// The published slab, if any (no reference taken: for checks only).
     pub fn peek(&self) -> Option<u64> {
-        match self.ptr.load(Ordering::Relaxed) {
+        match self.look().ptr {
             0 | SENTINEL => None,
             word => Some(slab_of(word)),
         }
@@ -694,12 +692,12 @@ impl Guard {
 
     /// The raw pointer word (for checks): 0, `SENTINEL` or a slab.
     pub fn raw_ptr(&self) -> u32 {
-        self.ptr.load(Ordering::Relaxed)
+        self.look().ptr
     }
 
-    /// The raw reference counter (for checks).
+    /// The raw counter (for checks).
     pub fn raw_count(&self) -> u32 {
-        self.refs.raw()
+        self.look().refs
     }
 }
 

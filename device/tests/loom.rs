@@ -59,7 +59,7 @@ impl World {
             publications: AtomicU32::new(0),
         });
         assert_eq!(world.guard.lock(1, 1), Lock::Claimed);
-        world.guard.publish(world.addr(), 1);
+        world.guard.publish(world.addr(), 0, 1);
         world
     }
 
@@ -180,7 +180,7 @@ fn claim_race() {
                     unsafe { *p = READY }
                 });
                 w.publications.fetch_add(1, Ordering::Relaxed);
-                w.guard.publish(w.addr(), 1);
+                w.guard.publish(w.addr(), 0, 1);
                 w.use_slab(w.addr());
                 w.release(1);
             }
@@ -188,7 +188,7 @@ fn claim_race() {
                 w.use_slab(slab);
                 w.release(1);
             }
-            Lock::Creating { .. } | Lock::Emptied | Lock::Busy | Lock::Empty => {}
+            Lock::Creating { .. } | Lock::Busy | Lock::Empty => {}
         }
     };
     let a = thread::spawn(lane(Arc::clone(&world)));
@@ -268,7 +268,7 @@ fn waiter_registration() {
                 // SAFETY: the claim gives exclusive access; loom checks it.
                 unsafe { *p = READY }
             });
-            w.guard.publish(w.addr(), 1);
+            w.guard.publish(w.addr(), CLASS, 1);
             w.use_slab(w.addr());
             w.release(1);
         })
@@ -297,10 +297,6 @@ fn waiter_registration() {
                             thread::yield_now();
                         }
                     }
-                    // Our registration landed on the live count of the
-                    // publication and was the slab's last reference (the
-                    // heap marks it empty): lock it again.
-                    Lock::Emptied => {}
                     other => panic!("unexpected {other:?}"),
                 }
             }
@@ -324,13 +320,11 @@ fn planted_publish_by_add_is_caught() {
 }
 
 /// Two groups of one class search the same empty slot: one claims it
-/// (the pointer's CAS, then the tag), creates and publishes the slab; the
-/// other, meeting the creation — before the tag, perhaps, when its
-/// addition lands on a counter of 0 and the lock answers "look again" —
-/// reads the creation as its own class's and waits, or looks again; it
-/// never reads it as another class's (which would send it on to claim a
-/// slot of its own). Both use the one slab; when both are done it is empty
-/// and can be taken over.
+/// (pointer and tag in one compare-and-swap), creates and publishes the
+/// slab; the other, meeting the creation, reads it as its own class's and
+/// waits, or looks again; it never reads it as another class's (which
+/// would send it on to claim a slot of its own). Both use the one slab;
+/// when both are done it is empty and can be taken over.
 fn claim_meets_registration() {
     const CLASS: usize = 5;
     let world = Arc::new(World {
@@ -348,7 +342,7 @@ fn claim_meets_registration() {
                         // checks it.
                         unsafe { *p = READY }
                     });
-                    w.guard.publish(w.addr(), n);
+                    w.guard.publish(w.addr(), CLASS, n);
                     w.use_slab(w.addr());
                     w.release(n);
                     return;
@@ -371,7 +365,6 @@ fn claim_meets_registration() {
                         thread::yield_now();
                     }
                 }
-                Lock::Emptied => {}
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -454,11 +447,13 @@ fn planted_take_clearing_by_store_is_caught() {
     model(plant::TAKE_CLEARS_BY_STORE, marks_in_one_word_during_a_take);
 }
 
-/// A stale locker (A) read the slot's slab; meanwhile the slab went empty
-/// and a claimer (B) took it over in its slot (as `adopt` does), rebuilt it
-/// and published it again at the same address. A's acquire may land on the
-/// new count: it must then see the rebuilt slab, not the old one or a torn
-/// one.
+/// A locker (A) meets a slab that went empty while a claimer (B) takes it
+/// over in its slot (as `adopt` does), rebuilds it and publishes it again
+/// at the same address. A's acquire may land before the takeover (B's then
+/// fails), during the rebuild (a creation, not tagged: A looks again) or on
+/// the new count: it must then see the rebuilt slab, not the old one or a
+/// torn one — the lock's acquire fence pairs with the publication's
+/// release (`LOCK_WITHOUT_ACQUIRE` removes it).
 fn stale_locker_and_rebuild() {
     let world = World::published();
     world.release(1);
@@ -482,7 +477,7 @@ fn stale_locker_and_rebuild() {
                 // SAFETY: as above.
                 unsafe { *p = READY }
             });
-            w.guard.publish(slab, 1);
+            w.guard.publish(slab, 0, 1);
             w.release(1);
         })
     };
@@ -499,11 +494,8 @@ fn guard_stale_locker_and_rebuild() {
 
 #[test]
 #[should_panic(expected = "Causality violation")]
-fn planted_publish_count_before_release_is_caught() {
-    model(
-        plant::PUBLISH_COUNT_BEFORE_RELEASE,
-        stale_locker_and_rebuild,
-    );
+fn planted_lock_without_acquire_is_caught() {
+    model(plant::LOCK_WITHOUT_ACQUIRE, stale_locker_and_rebuild);
 }
 
 /// A pooled slab: a payload its owner writes, and an ownership flag that

@@ -7,8 +7,7 @@
 
 use super::DeviceHeap;
 use crate::granule::Granule;
-use crate::guard::LIVE;
-use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SHIFT, WORD_BITS};
+use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SHIFT, WORD_BITS, class_index};
 use crate::slab::{Header, MAGIC};
 
 /// Where slab memory is read from.
@@ -134,11 +133,17 @@ impl DeviceHeap {
                 };
                 phantom |= w & !valid != 0;
             })?;
-            let refs = self.slot(index).raw_count();
-            if refs & LIVE == 0 || u64::from(refs & !LIVE) < set {
+            let seen = self.slot(index).look();
+            let Some(class) = seen.class() else {
+                return Err("a published slab's counter is dead");
+            };
+            if class as usize != class_index(geo.block) {
+                return Err("a slot's counter names another class than its slab's header");
+            }
+            if u64::from(seen.count()) < set {
                 return Err("a slab's reference count is below its set bits");
             }
-            if refs & !LIVE == 0 && !self.empties.is_marked(index) {
+            if seen.count() == 0 && !self.empties.is_marked(index) {
                 return Err("an empty published slab is not marked empty");
             }
             if phantom {

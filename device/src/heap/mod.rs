@@ -74,7 +74,7 @@ use crate::guard::{Guard, Lock};
 use crate::pool::SlabPool;
 use crate::rpc::Mailbox;
 use crate::simt;
-use crate::size_class::{CLASS_COUNT, Placement, SLAB_SHIFT, SLAB_SIZE, class_index, place};
+use crate::size_class::{CLASS_COUNT, Geometry, Placement, SLAB_SHIFT, SLAB_SIZE, geometry, place};
 use crate::slab::Slab;
 use crate::sync::{AtomicU32, Ordering, SharedArray};
 
@@ -606,29 +606,28 @@ impl DeviceHeap {
         let leader = simt::leader(uniform);
         let n = uniform.count_ones();
         let slot_ok = (slot as usize) < MAX_SLOTS;
-        let mut live = 0u32;
+        // The class of the slab the group holds, plus one; 0 for none.
+        let mut held = 0u32;
         if simt::lane_id() == leader && slot_ok {
             crate::event::record(crate::event::Event::FreeGroup);
             match self.slot(slot).lock(n, 0) {
-                Lock::Acquired { slab, .. } if slab == base => live = 1,
+                Lock::Acquired { slab, class, .. } if slab == base => held = class.wrapping_add(1),
                 Lock::Acquired { .. } => {
                     // The slot now holds another slab: the pointer's slab is
                     // gone. Give the references back.
                     self.release_slot(slot, n);
                 }
-                // Our stale reference was the slot's new slab's last.
-                Lock::Emptied => self.empties.mark(slot),
                 _ => {}
             }
         }
-        let live = simt::shfl_u32(uniform, live, leader) != 0;
-        if !live {
+        let held = simt::shfl_u32(uniform, held, leader);
+        if held == 0 {
             self.errors.record(&self.errors.double_frees, addr);
             return;
         }
-        // The group holds n references: the slab stays put.
-        // SAFETY: live and referenced.
-        let geo = unsafe { Slab(base).geometry() };
+        // The group holds n references: the slab stays put, of the class
+        // its counter names (no header read).
+        let geo = class_geometry(held - 1);
         // Only a pointer the block could have been handed out as (its
         // start, or its start aligned up): `free(p + 8)` frees nothing (an
         // invalid free), so the later `free(p)` is not a double free.
@@ -637,23 +636,25 @@ impl DeviceHeap {
         let freed = unsafe { Slab(base).deallocate(uniform, index) };
         let blocks_freed = simt::ballot(uniform, freed).count_ones();
         if simt::lane_id() == leader {
-            // The group's references still hold the slab: its header is
-            // read again here rather than kept live through the clearing.
-            let base = Slab::containing(simt::opaque_u64(addr)).0;
-            // SAFETY: live and referenced.
-            let geo = unsafe { Slab(base).geometry() };
-            let after = self.release_slot(slot, n + blocks_freed);
+            // The release's word: the count after it and the slab's class
+            // (kept through the clearing, the class cost a register).
+            let seen = self.slot(slot).release(n + blocks_freed);
+            let after = seen.count();
+            if after == 0 {
+                self.empties.mark(slot);
+            }
             // A free into a full slab gives it room, and a free that
             // empties a slab leaves it all room: point this stream's hint
             // at it, so that the stream's next malloc (and an exhausted
             // heap's bounded search) finds it — an emptied slab is then
             // put back to use in place, not left behind the hints for a
             // claim to take over. The count the release returned says so.
-            if let Some(g) = geo
+            if let Some(class) = seen.class()
+                && let Some(g) = class_geometry(class)
                 && after < g.usable
                 && (after == 0 || after + blocks_freed >= g.usable)
             {
-                self.class_hint(class_index(g.block), self.stream())
+                self.class_hint(class as usize, self.stream())
                     .store(slot + 1, Ordering::Relaxed);
             }
         }
@@ -754,4 +755,11 @@ impl Default for DeviceHeap {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The geometry of class `class` as a slot's counter names it (`None` for
+/// no class: a counter's class field is its publication's, always one).
+#[inline(always)]
+fn class_geometry(class: u32) -> Option<Geometry> {
+    ((class as usize) < CLASS_COUNT).then(|| geometry(class as usize))
 }

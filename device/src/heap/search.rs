@@ -57,13 +57,14 @@
 //! 7.2 to 13.2 guard RMWs per group-pair, 8 warps a hint 4.8 to 5.9, a hint
 //! per warp 3.8 to 6.5 (BENCHMARKS.md).
 //!
-//! A slot — the hint's too — is locked only when one load of its counter
-//! says it is worth it (`Guard::worth_a_lock`): a live slab with room for
+//! A slot — the hint's too — is locked only when one load of its word
+//! (pointer, count and class: `Guard::look`) says it is worth it
+//! (`Seen::worth_a_lock`): a live slab of the group's class with room for
 //! the whole group (admission, `guard::admission`: a slab with room for
 //! only part of it would split the group over two slabs, a lock and a free
 //! more, and its lanes beyond the room scan again; a group of more than
 //! half a slab takes any room), or a slot the group may claim or count on.
-//! Full slabs, other classes' creations and creations that will have no
+//! Full slabs, other classes' slabs and creations, and creations that will have no
 //! room for the group are passed (a group that registered on those only
 //! inflated their counts, so that their own class's groups passed them and
 //! claimed more slabs). Locking the hint whatever its count cost an add
@@ -455,26 +456,32 @@ impl DeviceHeap {
             // room does not grow with the class's slabs.
             let index = wrap(hint, offset, slot_count);
             let guard = self.slot(index);
-            // A full slab (or one with room for part of the group),
-            // another class's creation and one with no room for us are
-            // passed with one load (see "Spreading" above). An empty slot,
-            // a creation with room for us, a slab being taken over or an
-            // empty slab are worth a lock only to claim it, to count on its
-            // creation, or to find the empty slab ours.
-            if guard.worth_a_lock(class as u32, geo.usable, n, may_claim) {
+            // One load of the slot's word (pointer, count and class): a
+            // full slab (or one with room for part of the group), another
+            // class's slab or creation and one with no room for us are
+            // passed (see "Spreading" above). An empty slot, a creation
+            // with room for us, a slab being taken over or an empty slab
+            // are worth a lock only to claim it, to count on its creation,
+            // or to find the empty slab ours.
+            let seen = guard.look();
+            if seen.worth_a_lock(class as u32, geo.usable, n, may_claim) {
                 // An empty slot, about to be claimed: first the class's
                 // emptied slabs elsewhere are looked at (LOOK, out of the
                 // loop: `look_or_claim`).
-                if may_claim && guard.is_empty() {
+                if may_claim && seen.is_empty() {
                     return (0, (LOOK << OUTCOME_SHIFT) | index);
                 }
                 record(Event::SlotLock);
                 match guard.lock(n, claim) {
-                    Lock::Acquired { slab, count } => {
+                    Lock::Acquired {
+                        slab,
+                        count,
+                        class: of,
+                    } => {
                         // `count` is after our `n`: the slab had `base`.
                         let base = count.saturating_sub(n);
-                        // SAFETY: `slab` is live and referenced by us.
-                        let ours = unsafe { Slab(slab).header() }.block == geo.block;
+                        // The counter names the slab's class.
+                        let ours = of == class as u32;
                         let fit = if ours && base < geo.usable {
                             (geo.usable - base).min(n)
                         } else {
@@ -511,18 +518,18 @@ impl DeviceHeap {
                         return (0, (CLAIMED << OUTCOME_SHIFT) | index);
                     }
                     Lock::Creating { waiting } => match Creation::of(waiting) {
-                        // A publication in flight, a claim not tagged yet
-                        // (our addition did not count), or a creation met
-                        // by a search that may not claim (the heap is
-                        // exhausted): the slot again, soon, and then a
-                        // whole new scan — not past it: its slab may be
-                        // the room an exhausted heap has left.
+                        // A takeover's rebuild (not tagged: our addition
+                        // did not count), a slot claimed by another as we
+                        // met it empty, or a creation met by a search that
+                        // may not claim (the heap is exhausted): the slot
+                        // again, soon, and then a whole new scan — not
+                        // past it: its slab may be the room an exhausted
+                        // heap has left.
                         None if retries < MAX_TRIES => {
-                            // Polled with loads until the claim tags it
-                            // (or it is published or given up): locking it
-                            // again would add our lanes again, one RMW a
-                            // poll on a word that the claim's own groups
-                            // hit too.
+                            // Polled with loads while a takeover rebuilds
+                            // it: locking it again would add our lanes
+                            // again, one RMW a poll on a word that other
+                            // groups hit too.
                             while guard.is_untagged_claim() {
                                 simt::snooze_after(retries);
                             }
@@ -563,11 +570,6 @@ impl DeviceHeap {
                         // need.
                         _ => record(Event::Registration),
                     },
-                    Lock::Emptied => {
-                        // Our stale reference was the new slab's last.
-                        self.empties.mark(index);
-                        return (0, RETRY << OUTCOME_SHIFT);
-                    }
                     // Being taken over (by another warp): it will be empty
                     // (claimable) soon.
                     Lock::Busy if retries < MAX_TRIES => {
@@ -725,7 +727,7 @@ impl DeviceHeap {
             if let Some(granule) = self.granule_of(slab) {
                 self.granules.set(granule, Granule::Slab { slot: index });
             }
-            self.slot(index).publish(slab, n);
+            self.slot(index).publish(slab, class, n);
             // The creators' stream and the class: a stream with no hint of
             // its own starts at the class's newest slab.
             self.class_hint(class, self.stream())
@@ -802,17 +804,11 @@ impl DeviceHeap {
     /// `classes_keep_their_emptied_slabs_while_the_host_has_memory`.)
     fn own_with_room(&self, class: usize, n: u32) -> Option<u32> {
         let geo = geometry(class);
-        let block = geo.block;
         self.empties
             .find(self.slot_count(), OWN_CLASS_CHECKS, |slot| {
-                let guard = self.slot(slot);
-                let of_block = |slab: u64| {
-                    // SAFETY: a published slab is mapped until the host trims,
-                    // which no kernel runs during.
-                    unsafe { Slab(slab).block_hint() == block }
-                };
-                guard.use_count() + admission(n, geo.usable) <= geo.usable
-                    && guard.peek().is_some_and(of_block)
+                let seen = self.slot(slot).look();
+                seen.class() == Some(class as u32)
+                    && seen.count() + admission(n, geo.usable) <= geo.usable
             })
     }
 
