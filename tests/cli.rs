@@ -543,3 +543,166 @@ fn bench_plots_pairs_per_second_against_threads() {
     assert!(!ok && text.contains("no alloc/free rows to draw"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every column a report prints that is not self-evident is explained in
+/// its command's `--help`, by the name the header prints.
+#[test]
+fn the_help_explains_the_columns_the_reports_print() {
+    let cases: [(&[&str], &[&str], &str); 2] = [
+        (
+            &[
+                "--simulator",
+                "stress",
+                "--kernels",
+                "fill",
+                "--blocks",
+                "2",
+                "--threads",
+                "64",
+                "--iterations",
+                "2",
+                "--workers",
+                "1",
+            ],
+            &[
+                "allocs",
+                "nulls",
+                "corrupt",
+                "broken",
+                "traffic",
+                "peak live",
+                "peak mapped",
+                "÷",
+                "allocs/s",
+            ],
+            "kernel ",
+        ),
+        (
+            &[
+                "--simulator",
+                "bench",
+                "--sizes",
+                "64",
+                "--threads",
+                "256",
+                "--cases",
+                "alloc-free",
+                "--workers",
+                "1",
+            ],
+            &[
+                "cold pairs",
+                "warm pairs",
+                "nulls",
+                "peak map",
+                "map/req",
+                "sim steps/rmw/sys",
+            ],
+            "case ",
+        ),
+    ];
+    for (args, columns, header_start) in cases {
+        let (ok, text) = warpalloc(args);
+        assert!(ok, "{text}");
+        let header = text
+            .lines()
+            .find(|l| l.starts_with(header_start))
+            .unwrap_or_else(|| panic!("no header line in:\n{text}"));
+        let command = args[1];
+        let (ok, help) = warpalloc(&[command, "--help"]);
+        assert!(ok, "{help}");
+        for column in columns {
+            assert!(
+                header.contains(column),
+                "`{command}` prints no column {column:?}: {header}"
+            );
+            assert!(
+                help.contains(&format!("`{column}`")),
+                "`{command} --help` does not explain the column {column:?}:\n{help}"
+            );
+        }
+    }
+}
+
+/// The GPU check's report (`scripts/device-check/report.py`, run on the GPU
+/// machine by `run.sh`) draws pairs per second against threads, warpalloc
+/// beside CUDA malloc and Gallatin, from the tool's own `bench --json`
+/// rows and the peers' JSON lines. Here the rows are the simulator's and
+/// the peers' lines made up: the picture's series, legend and link are
+/// what is checked, not the figures.
+#[test]
+fn the_device_report_draws_warpalloc_beside_its_peers() {
+    let out = std::env::temp_dir().join(format!("warpalloc-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).expect("a temporary directory");
+    let (ok, json) = {
+        let got = Command::new(env!("CARGO_BIN_EXE_warpalloc"))
+            .args([
+                "--simulator",
+                "bench",
+                "--json",
+                "--sizes",
+                "64",
+                "--threads",
+                "256",
+                "512",
+                "--cases",
+                "alloc-free",
+                "--workers",
+                "1",
+            ])
+            .output()
+            .expect("run the warpalloc binary");
+        (
+            got.status.success(),
+            String::from_utf8_lossy(&got.stdout).into_owned(),
+        )
+    };
+    assert!(ok, "{json}");
+    std::fs::write(out.join("bench-alloc-free.json"), json).unwrap();
+    std::fs::write(out.join("bench-alloc-free.err"), "exit 0\n").unwrap();
+    let peer = |name: &str, scale: f64| {
+        let rows: String = [256u32, 512]
+            .iter()
+            .map(|&threads| {
+                format!(
+                    "{{\"impl\":\"{name}\",\"case\":\"alloc_free\",\"threads\":{threads},\"size\":64,\
+                     \"pairs\":{},\"nulls\":0,\"pairs_per_second\":{}}}\n",
+                    threads * 4,
+                    scale * f64::from(threads)
+                )
+            })
+            .collect();
+        rows
+    };
+    std::fs::write(out.join("baseline.jsonl"), peer("cuda", 1e3)).unwrap();
+    std::fs::write(out.join("gallatin.jsonl"), peer("gallatin", 1e5)).unwrap();
+    let report = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/device-check/report.py"
+        ))
+        .arg(&out)
+        .output()
+        .expect("python3 runs the report (the GPU machine has it; so does this one)");
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let svg = std::fs::read_to_string(out.join("alloc-free.svg")).expect("the picture");
+    let md = std::fs::read_to_string(out.join("device-check.md")).expect("the report");
+    let _ = std::fs::remove_dir_all(&out);
+    for who in ["warpalloc", "CUDA malloc", "Gallatin"] {
+        assert!(
+            svg.contains(&format!(">64 B {who}</text>")),
+            "no {who} series in the legend:\n{svg}"
+        );
+    }
+    // One line per series, each through its two thread counts.
+    assert_eq!(svg.matches("<polyline").count(), 3, "{svg}");
+    assert!(
+        md.contains("](alloc-free.svg)"),
+        "the report does not show the picture:\n{md}"
+    );
+}

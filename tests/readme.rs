@@ -88,3 +88,48 @@ fn the_first_project_snippets_are_the_example_s_code() {
         );
     }
 }
+
+/// A program that launches on its own streams needs one call the launcher
+/// makes for it: the README says where (after a temporary refusal, before
+/// the next launch) and that `Heap::launch` does it.
+#[test]
+fn the_readme_says_when_own_streams_call_forget_refusal() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let paragraph = readme
+        .split("\n\n")
+        .find(|p| p.starts_with("When you launch on your own streams"))
+        .expect("the README's paragraph on launching on your own streams");
+    for needed in [
+        "heap.forget_refusal()?",
+        "before the next launch",
+        "`Heap::launch`",
+    ] {
+        assert!(
+            paragraph.contains(needed),
+            "the own-streams paragraph does not say {needed:?}:\n{paragraph}"
+        );
+    }
+    // The call it names is the API's.
+    let _: fn(&warpalloc::Heap) -> Result<bool, warpalloc::HostError> =
+        warpalloc::Heap::forget_refusal;
+}
+
+/// `cargo xtask` shows its own build: the alias does not pass `--quiet`
+/// (which kept a fresh machine's first `cargo xtask run` silent for about a
+/// minute while xtask built).
+#[test]
+fn the_xtask_alias_shows_its_build() {
+    let config =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.cargo/config.toml"))
+            .expect(".cargo/config.toml");
+    let alias = config
+        .lines()
+        .find(|l| l.trim_start().starts_with("xtask"))
+        .expect("the xtask alias");
+    assert!(alias.contains("run --package xtask"), "{alias}");
+    assert!(
+        !alias.contains("--quiet") && !alias.split_whitespace().any(|w| w == "-q" || w == "\"-q"),
+        "the xtask alias hides xtask's build: {alias}"
+    );
+}
