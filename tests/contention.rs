@@ -184,6 +184,11 @@ const COLD: Bounds = Bounds {
 /// 8 KiB, 10.25 to 11 mixed (17 to 19 before); at 8 KiB guard RMWs per
 /// group-pair 3.31 to 4.10, scans per group-malloc 1.09 to 1.43, mallocs of
 /// more than 4 scans per 1 000 0 to 5.6, extra walk rounds 0.26 to 0.42.
+/// With the hint's slot locked without a look in classes of many blocks a
+/// slab (`BLIND_LOCK_USABLE`; three runs, 04:05 UTC): the path 8 at 16 and
+/// 64 B, 9 at 1 KiB, 10 at 8 KiB, 10.25 to 10.75 mixed; guard RMWs per
+/// group-pair 3.05 to 3.11 at 1 KiB (cold 4.27 to 4.29), 3.34 to 3.83 at
+/// 8 KiB.
 const WARM: Bounds = Bounds {
     growth: 0.7,
     guard_rmws: 3.5,

@@ -57,7 +57,8 @@
 //! 7.2 to 13.2 guard RMWs per group-pair, 8 warps a hint 4.8 to 5.9, a hint
 //! per warp 3.8 to 6.5 (BENCHMARKS.md).
 //!
-//! A slot — the hint's too — is locked only when one load of its word
+//! A slot — the hint's too, but in classes of many blocks a slab
+//! (`BLIND_LOCK_USABLE`) — is locked only when one load of its word
 //! (pointer, count and class: `Guard::look`) says it is worth it
 //! (`Seen::worth_a_lock`): a live slab of the group's class with room for
 //! the whole group (admission, `guard::admission`: a slab with room for
@@ -252,6 +253,19 @@ impl Found {
         uniform: 0,
     };
 }
+
+/// Classes with at least this many blocks a slab (up to 2 KiB blocks) lock
+/// their hint's slot without a look at its word first: the stream's hint
+/// names the slab its warp used last, which seldom fills between two of
+/// its mallocs, so the look is a round trip the malloc waits for in vain.
+/// In the contention test's warm launches (2026-12-05, 04:04 UTC) the path
+/// went from 9 to 8 round trips per pair at 16 and 64 B and from 10 to 9 at
+/// 1 KiB (guard RMWs per group-pair 3.01 → 3.06 there; cold, 3.7 → 4.2:
+/// more locks of a full hint slab). At 8 KiB (255 blocks a slab, about 8
+/// warps' groups) the hint slab is often full: locking it blind took 5.45
+/// guard RMWs per group-pair warm, 0.6 locks of a full slab per
+/// group-malloc, against 3.3 to 4.1 with the look.
+const BLIND_LOCK_USABLE: u32 = 1024;
 
 /// The slot a class's first scan starts from (its hint until it has one): a
 /// hash of the class, spread over the table (murmur3's finaliser).
@@ -450,27 +464,37 @@ impl DeviceHeap {
         let claim = if may_claim { creation_tag(class, n) } else { 0 };
         let mut offset = 0u32;
         let mut retries = 0u32;
+        // The hint's slot is locked without a look first in classes of
+        // many blocks a slab (`BLIND_LOCK_USABLE`), whose hint slab is
+        // seldom full: the look's load off the path.
+        let mut blind = geo.usable >= BLIND_LOCK_USABLE;
         while offset <= limit {
             // The hint, then the slots after it: a class's full slabs
             // before its hint are not walked again, so the cost of finding
             // room does not grow with the class's slabs.
             let index = wrap(hint, offset, slot_count);
             let guard = self.slot(index);
-            // One load of the slot's word (pointer, count and class): a
-            // full slab (or one with room for part of the group), another
-            // class's slab or creation and one with no room for us are
-            // passed (see "Spreading" above). An empty slot, a creation
-            // with room for us, a slab being taken over or an empty slab
-            // are worth a lock only to claim it, to count on its creation,
-            // or to find the empty slab ours.
-            let seen = guard.look();
-            if seen.worth_a_lock(class as u32, geo.usable, n, may_claim) {
+            // Locked at once (the hint's slot in a class of many blocks,
+            // `blind`), or after one load of the slot's word (pointer,
+            // count and class) says it is worth it: a full slab (or one
+            // with room for part of the group), another class's slab or
+            // creation and one with no room for us are passed (see
+            // "Spreading" above). An empty slot, a creation with room for
+            // us, a slab being taken over or an empty slab are worth a
+            // lock only to claim it, to count on its creation, or to find
+            // the empty slab ours.
+            let worth = blind || {
+                let seen = guard.look();
                 // An empty slot, about to be claimed: first the class's
                 // emptied slabs elsewhere are looked at (LOOK, out of the
                 // loop: `look_or_claim`).
                 if may_claim && seen.is_empty() {
                     return (0, (LOOK << OUTCOME_SHIFT) | index);
                 }
+                seen.worth_a_lock(class as u32, geo.usable, n, may_claim)
+            };
+            blind = false;
+            if worth {
                 record(Event::SlotLock);
                 match guard.lock(n, claim) {
                     Lock::Acquired {
