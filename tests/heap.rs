@@ -495,3 +495,116 @@ fn a_program_without_warpalloc_as_its_allocator_is_told_the_two_lines() {
         "{stderr}"
     );
 }
+
+/// `threads` lanes each hold a block of `size` from one launch to a second
+/// that frees them all (one worker: one schedule); the nulls among them.
+fn hold_then_free(heap: &mut Heap, size: u32, threads: u32) -> usize {
+    use warpalloc_kernels_tests::stress::{free_only, malloc_only};
+    let ptrs = buffer::<u64>(heap, threads as usize);
+    let cfg = LaunchConfig::linear(threads / 256, 256).seed(5).workers(1);
+    run(
+        heap,
+        &cfg,
+        malloc_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+            size,
+        },
+    );
+    let nulls = read(heap, &ptrs).iter().filter(|&&p| p == 0).count();
+    run(
+        heap,
+        &cfg,
+        free_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+        },
+    );
+    nulls
+}
+
+/// A run in RPC mode profiles what it needed (slabs per class, large
+/// bytes; serialisable), and a pool sized from that profile serves the same
+/// run with no RPC for a slab and no null.
+#[test]
+fn a_pool_sized_from_a_profile_needs_no_rpc() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let workload = |heap: &mut Heap| {
+        [(64, 2048), (8192, 1024)]
+            .map(|(size, threads)| hold_then_free(heap, size, threads))
+            .iter()
+            .sum::<usize>()
+    };
+    let mut heap = heap_with(HeapConfig::default());
+    assert_eq!(workload(&mut heap), 0);
+    let profile = heap.profile().expect("profile");
+    let slabs_of = |block: u32| {
+        profile
+            .classes
+            .iter()
+            .find(|c| c.block == block)
+            .map_or(0, |c| c.slabs)
+    };
+    // 2 048 blocks of 64 B fit one slab; 1 024 of 8 KiB need 5 (255 a
+    // slab), more when groups created slabs at once.
+    assert_eq!(slabs_of(64), 1, "{profile:?}");
+    assert!((5..=8).contains(&slabs_of(8192)), "{profile:?}");
+    assert_eq!(profile.takeovers, 0, "{profile:?}");
+    assert_eq!(
+        u64::from(profile.slabs()),
+        heap.stats().unwrap().rpc.allocs,
+        "one slab a class holds per RPC: {profile:?}"
+    );
+    // Kept from one run for the next.
+    let text = serde_json::to_string(&profile).expect("serialise");
+    let back: warpalloc::HeapProfile = serde_json::from_str(&text).expect("deserialise");
+    assert_eq!(back, profile);
+    assert_empty(&mut heap, "profiled run");
+    drop(heap);
+
+    let config = HeapConfig::pool_from(&back);
+    assert!(matches!(config.mode, Mode::Pool { slabs } if slabs == profile.slabs()));
+    let mut pooled = heap_with(config);
+    assert_eq!(workload(&mut pooled), 0, "the pool ran dry");
+    let st = pooled.stats().unwrap();
+    assert_eq!(
+        st.rpc.allocs, 0,
+        "a pool from the profile asked for slabs: {st}"
+    );
+    assert!(st.pool_shortfall().is_empty(), "{st}");
+    assert_empty(&mut pooled, "pool from the profile");
+}
+
+/// A pool too small for a run: mallocs get null, and the heap's report
+/// names the class that ran out, the slabs it lacked and the fix.
+#[test]
+fn a_dry_pool_names_its_class_and_shortfall() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut heap = heap_with(HeapConfig {
+        mode: Mode::Pool { slabs: 2 },
+        ..HeapConfig::default()
+    });
+    let nulls = hold_then_free(&mut heap, 8192, 1024);
+    // 1 024 lanes, two slabs of 255.
+    assert!(nulls >= 1024 - 2 * 255, "{nulls} nulls");
+    let st = heap.stats().unwrap();
+    let short = st.pool_shortfall();
+    assert_eq!(short.len(), 1, "{short:?}");
+    assert_eq!(short[0].block, 8192);
+    assert_eq!(short[0].nulls as usize, nulls);
+    assert_eq!(short[0].slabs as usize, nulls.div_ceil(255));
+    let report = st.to_string();
+    assert!(
+        report.contains(&format!(
+            "pool exhausted: class 8.0 KiB needed up to {} more slabs",
+            short[0].slabs
+        )) && report.contains(&format!("raise the pool to {} slabs", 2 + short[0].slabs))
+            && report.contains("`Mode::Rpc`"),
+        "{report}"
+    );
+    // In RPC mode there is no pool to name.
+    assert!(
+        warpalloc::HeapStats { pool: None, ..st }
+            .pool_shortfall()
+            .is_empty()
+    );
+    assert_empty(&mut heap, "dry pool");
+}

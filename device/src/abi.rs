@@ -24,6 +24,7 @@
 //! [`DeviceHeap`]: crate::DeviceHeap
 
 use crate::simt;
+use crate::size_class::CLASS_COUNT;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The module global that links a module to its heap (a [`HeapLink`]).
@@ -367,6 +368,89 @@ impl Counters {
             slabs_to_provider: self.slabs_to_provider.load(Ordering::Relaxed),
             large_allocations: self.large_allocations.load(Ordering::Relaxed),
             large_frees: self.large_frees.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Device-side counts by size class, for a dry pool's report and a run's
+/// profile (`warpalloc::HeapProfile`): the lanes each class gave null for
+/// want of memory, and the large blocks' bytes live and at most. Changed
+/// only where a malloc fails or a large block comes or goes: never on the
+/// path of a malloc that finds room or of a free of a block of a slab.
+/// (The slabs each class holds are read from the slot table, whose words
+/// name their classes: counting them where a slab is published or taken
+/// over cost every malloc kernel 2 to 8 registers, ptxas 2026-12-05.)
+#[repr(C)]
+#[derive(Debug)]
+pub struct ClassCounters {
+    pub(crate) nulls: [AtomicU32; CLASS_COUNT],
+    pub(crate) large_bytes: AtomicU64,
+    pub(crate) peak_large_bytes: AtomicU64,
+}
+
+/// A snapshot of [`ClassCounters`] and of the slabs each class holds, by
+/// class index ([`size_class::geometry`](crate::size_class::geometry)
+/// names each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassCounts {
+    /// Slabs each class holds now (published, empty ones included).
+    pub slabs: [u32; CLASS_COUNT],
+    /// Lanes whose malloc of the class returned null for want of memory.
+    pub nulls: [u32; CLASS_COUNT],
+    /// Bytes of large blocks live now.
+    pub large_bytes: u64,
+    /// The most bytes of large blocks live at once.
+    pub peak_large_bytes: u64,
+}
+
+impl Default for ClassCounts {
+    fn default() -> Self {
+        ClassCounts {
+            slabs: [0; CLASS_COUNT],
+            nulls: [0; CLASS_COUNT],
+            large_bytes: 0,
+            peak_large_bytes: 0,
+        }
+    }
+}
+
+impl ClassCounters {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        ClassCounters {
+            nulls: [const { AtomicU32::new(0) }; CLASS_COUNT],
+            large_bytes: AtomicU64::new(0),
+            peak_large_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// A lane's malloc of `class` returned null for want of memory.
+    #[inline(always)]
+    pub(crate) fn refused(&self, class: usize) {
+        if let Some(nulls) = self.nulls.get(class) {
+            nulls.fetch_add(1);
+        }
+    }
+
+    /// A large block of `bytes` was handed out.
+    pub(crate) fn large(&self, bytes: u64) {
+        self.peak_large_bytes
+            .fetch_max(self.large_bytes.fetch_add(bytes).wrapping_add(bytes));
+    }
+
+    /// A large block of `bytes` was given back.
+    pub(crate) fn large_freed(&self, bytes: u64) {
+        self.large_bytes.fetch_sub(bytes);
+    }
+
+    /// The counts now, with the slabs each class holds (`slabs`, from the
+    /// slot table).
+    pub fn snapshot(&self, slabs: [u32; CLASS_COUNT]) -> ClassCounts {
+        ClassCounts {
+            slabs,
+            nulls: core::array::from_fn(|i| self.nulls[i].load(Ordering::Relaxed)),
+            large_bytes: self.large_bytes.load(Ordering::Relaxed),
+            peak_large_bytes: self.peak_large_bytes.load(Ordering::Relaxed),
         }
     }
 }

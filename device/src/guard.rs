@@ -621,7 +621,7 @@ impl Guard {
     /// leaving `ptr` in the slot with a dead counter of 0; returns the
     /// slab, which the caller now owns.
     #[inline(always)]
-    fn take(&self, ptr: Option<u32>) -> Option<u64> {
+    fn take(&self, ptr: Option<u32>) -> Option<(u64, u32)> {
         let seen = self.look();
         if !seen.is_live() || (seen.refs & COUNT_MASK != 0 && !planted(RECLAIM_WITHOUT_COUNT)) {
             return None;
@@ -644,8 +644,9 @@ impl Guard {
         if !planted(RECLAIM_WITHOUT_ACQUIRE) {
             fence(Ordering::Acquire, Scope::Gpu);
         }
-        // A live counter is a publication's: the pointer is a slab.
-        Some(slab_of(seen.ptr))
+        // A live counter is a publication's: the pointer is a slab, and
+        // the class is its.
+        Some((slab_of(seen.ptr), seen.class().unwrap_or(u32::MAX)))
     }
 
     /// Takes the slot's slab over when no one holds it (an empty slab):
@@ -654,7 +655,7 @@ impl Guard {
     /// showing the slab, with a dead counter (lockers meet it as `Busy`),
     /// until then.
     pub fn reclaim(&self) -> Option<u64> {
-        self.take(None)
+        self.take(None).map(|(slab, _)| slab)
     }
 
     /// Takes the slot's empty slab over and keeps the slot, as a claim
@@ -662,7 +663,7 @@ impl Guard {
     /// caller must [`Guard::publish`] a slab in it — the same slab,
     /// reinitialised, when it likes — or [`Guard::abandon`] it.
     pub fn take_over(&self) -> Option<u64> {
-        self.take(Some(SENTINEL))
+        self.take(Some(SENTINEL)).map(|(slab, _)| slab)
     }
 
     /// Empties the slot after its slab was reclaimed.

@@ -88,7 +88,7 @@ pub mod slab;
 pub mod sync;
 
 #[cfg(not(loom))]
-pub use abi::{Errors, Traffic};
+pub use abi::{ClassCounts, Errors, Traffic};
 #[cfg(all(not(loom), not(target_arch = "nvptx64")))]
 pub use api::is_global_allocator;
 #[cfg(not(loom))]

@@ -56,7 +56,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use warpalloc_device::DeviceHeap;
 use warpalloc_device::abi::{
     ConfigValues, Errors, HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout, ProviderKind, Traffic,
 };
@@ -66,6 +65,8 @@ use warpalloc_device::heap::{
 };
 use warpalloc_device::registry;
 use warpalloc_device::rpc::wire::{self, Port, Reply, Request};
+use warpalloc_device::size_class::geometry;
+use warpalloc_device::{ClassCounts, DeviceHeap};
 
 use crate::backing::{Backing, GRANULE, Refusal, Region, RegionConfig, RegionStats};
 use crate::device::{
@@ -200,6 +201,8 @@ pub struct RpcCounts {
     pub pings: u64,
 }
 
+pub use crate::profile::{ClassPeak, HeapProfile};
+
 /// A heap's figures, between launches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HeapStats {
@@ -216,6 +219,54 @@ pub struct HeapStats {
     pub live: Census,
     /// Requests the RPC server answered for this heap.
     pub rpc: RpcCounts,
+    /// The device's counts by size class — slabs now and at most, lanes
+    /// given null — and of large blocks' bytes (what [`Heap::profile`]
+    /// reads).
+    pub classes: ClassCounts,
+    /// The pool's slabs in pool mode (`None` in RPC mode).
+    pub pool: Option<u32>,
+}
+
+/// A class that a dry pool left short: what [`HeapStats::pool_shortfall`]
+/// gives and `HeapStats`'s `Display` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    /// The class's block size, in bytes.
+    pub block: u32,
+    /// Lanes whose malloc of the class got null.
+    pub nulls: u32,
+    /// Slabs of the class those lanes would have filled: their nulls ÷ the
+    /// class's blocks a slab, rounded up. An upper bound: a lane that asks
+    /// again after a null counts again.
+    pub slabs: u32,
+}
+
+impl HeapStats {
+    /// In pool mode, the classes whose mallocs got null, with the slabs
+    /// they lacked (largest shortfall first); empty in RPC mode or when no
+    /// malloc got null.
+    pub fn pool_shortfall(&self) -> Vec<Shortfall> {
+        if self.pool.is_none() {
+            return Vec::new();
+        }
+        let mut short: Vec<Shortfall> = self
+            .classes
+            .nulls
+            .iter()
+            .enumerate()
+            .filter(|&(_, &nulls)| nulls != 0)
+            .map(|(class, &nulls)| {
+                let geo = geometry(class);
+                Shortfall {
+                    block: geo.block,
+                    nulls,
+                    slabs: nulls.div_ceil(geo.usable.max(1)),
+                }
+            })
+            .collect();
+        short.sort_by_key(|s| std::cmp::Reverse(s.slabs));
+        short
+    }
 }
 
 /// What a program whose global allocator is not `WarpAlloc` is told, once,
@@ -316,7 +367,33 @@ impl std::fmt::Display for HeapStats {
             f,
             "rpc: {} allocations, {} frees, {} pings served",
             self.rpc.allocs, self.rpc.frees, self.rpc.pings
-        )
+        )?;
+        let short = self.pool_shortfall();
+        if let (Some(pool), false) = (self.pool, short.is_empty()) {
+            let classes: Vec<String> = short
+                .iter()
+                .map(|s| {
+                    format!(
+                        "class {} needed up to {} more slab{} ({} nulls)",
+                        bytes(u64::from(s.block)),
+                        s.slabs,
+                        if s.slabs == 1 { "" } else { "s" },
+                        s.nulls
+                    )
+                })
+                .collect();
+            let more: u32 = short.iter().map(|s| s.slabs).sum();
+            write!(
+                f,
+                "\npool exhausted: {}; raise the pool to {} slabs (`Mode::Pool {{ slabs: {} }}`, or \
+                 `HeapConfig::pool_from(&heap.profile()?)` after a run in RPC mode) or use \
+                 `Mode::Rpc`",
+                classes.join(", "),
+                pool + more,
+                pool + more
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -780,7 +857,27 @@ impl Heap {
                 frees: self.counters.frees.load(Ordering::Relaxed),
                 pings: self.counters.pings.load(Ordering::Relaxed),
             },
+            classes: copy.class_counts(),
+            pool: match self.mode {
+                Mode::Pool { slabs } => Some(slabs),
+                Mode::Rpc => None,
+            },
         })
+    }
+
+    /// What the launches so far needed (synchronises first): the slabs
+    /// each size class holds — the most it held at once, unless slabs were
+    /// taken over (see [`HeapProfile`]); call it before a `trim` — and the
+    /// most bytes of large blocks live at once. [`HeapConfig::pool_from`]
+    /// turns it into a pool that serves the same launches with no RPC for
+    /// a slab; with the `serde` feature it serialises, to be kept from one
+    /// run for the next.
+    pub fn profile(&self) -> Result<HeapProfile, HostError> {
+        let stats = self.stats()?;
+        Ok(HeapProfile::from_counts(
+            &stats.classes,
+            stats.traffic.slabs_reclaimed,
+        ))
     }
 
     /// Checks the device heap's invariants (synchronises first): `Ok`, or

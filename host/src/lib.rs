@@ -23,12 +23,15 @@ pub mod emulated;
 mod error;
 pub mod heap;
 mod launch;
+mod profile;
 pub mod server;
 
 pub use cudarc;
 pub use device::{driver_present, open_gpu};
 pub use error::HostError;
-pub use heap::{Heap, HeapConfig, HeapStats, Mode, NOT_WARPALLOC, RpcCounts};
+pub use heap::{
+    ClassPeak, Heap, HeapConfig, HeapProfile, HeapStats, Mode, NOT_WARPALLOC, RpcCounts, Shortfall,
+};
 pub use launch::{Buffer, Launcher, Prefer};
 
 /// A kernel parameter of your own type (a `#[repr(C)]` struct, say) for a

@@ -87,8 +87,8 @@
 #![warn(missing_docs)]
 
 pub use warpalloc_host::{
-    Buffer, Heap, HeapConfig, HeapStats, HostError, KernelParam, Launcher, Mode, Prefer, RpcCounts,
-    backing, device, emulated, server,
+    Buffer, ClassPeak, Heap, HeapConfig, HeapProfile, HeapStats, HostError, KernelParam, Launcher,
+    Mode, Prefer, RpcCounts, Shortfall, backing, device, emulated, server,
 };
 
 /// GPU `n`'s context as a `Result` ("no CUDA driver" rather than cudarc's
@@ -117,7 +117,7 @@ pub use warpalloc_device::WarpAlloc;
 
 /// What the device heap reports: its error record, traffic and census.
 pub use warpalloc_device::heap::Census;
-pub use warpalloc_device::{Errors, Traffic};
+pub use warpalloc_device::{ClassCounts, Errors, Traffic};
 
 /// Kernels written once for the GPU and the simulator (`kernel!{}` defines
 /// them in the kernel crate).

@@ -66,7 +66,8 @@ mod search;
 pub use check::{Census, SlabMemory};
 
 use crate::abi::{
-    ConfigValues, Counters, DeviceConfig, ErrorRecord, Errors, Layout, ProviderKind, Traffic,
+    ClassCounters, ClassCounts, ConfigValues, Counters, DeviceConfig, ErrorRecord, Errors, Layout,
+    ProviderKind, Traffic,
 };
 use crate::empty::EmptySlots;
 use crate::granule::{Granule, GranuleTable};
@@ -152,6 +153,7 @@ pub struct DeviceHeap {
     config: DeviceConfig,
     errors: ErrorRecord,
     counters: Counters,
+    classes: ClassCounters,
     mailbox: Mailbox,
     pool: SlabPool<REGION_GRANULES>,
     slots: SharedArray<Guard, MAX_SLOTS>,
@@ -261,6 +263,7 @@ impl DeviceHeap {
             config: DeviceConfig::new(),
             errors: ErrorRecord::new(),
             counters: Counters::new(),
+            classes: ClassCounters::new(),
             mailbox: Mailbox::new(),
             pool: SlabPool::new(),
             slots: SharedArray::new([const { Guard::new() }; MAX_SLOTS]),
@@ -496,6 +499,7 @@ impl DeviceHeap {
             },
         );
         self.counters.large_allocations.fetch_add(1);
+        self.classes.large(bytes);
         addr
     }
 
@@ -594,6 +598,7 @@ impl DeviceHeap {
             return;
         }
         self.counters.large_frees.fetch_add(1);
+        self.classes.large_freed(u64::from(granules) << SLAB_SHIFT);
         self.system_deallocate(addr, u64::from(granules) << SLAB_SHIFT);
         self.memory_returned();
     }
@@ -701,6 +706,21 @@ impl DeviceHeap {
             Target::Large { granules, .. } => u64::from(granules) << SLAB_SHIFT,
             _ => 0,
         }
+    }
+
+    /// The device's counts by size class (slabs now, from the slot table;
+    /// nulls) and of large blocks' bytes (quiescent heap: no kernel
+    /// running).
+    pub fn class_counts(&self) -> ClassCounts {
+        let mut slabs = [0u32; CLASS_COUNT];
+        for guard in self.slots.iter(self.slot_count() as usize) {
+            if let Some(class) = guard.look().class()
+                && let Some(n) = slabs.get_mut(class as usize)
+            {
+                *n += 1;
+            }
+        }
+        self.classes.snapshot(slabs)
     }
 
     /// The device's error counters.

@@ -373,6 +373,7 @@ impl DeviceHeap {
                     record(Event::LongSearch);
                 }
                 if found.slab == 0 {
+                    heap.classes.refused(class);
                     return 0;
                 }
                 // SAFETY: every lane of `found.uniform` holds a reference
