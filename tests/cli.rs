@@ -706,3 +706,33 @@ fn the_device_report_draws_warpalloc_beside_its_peers() {
         "the report does not show the picture:\n{md}"
     );
 }
+
+/// A stress run on a pool too small for its kernels says, per kernel,
+/// which classes ran dry and by how many slabs (nulls are answers there,
+/// not failures).
+#[test]
+fn stress_on_a_dry_pool_names_the_classes_short() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "fill",
+        "--pool-slabs",
+        "2",
+        "--blocks",
+        "4",
+        "--threads",
+        "128",
+        "--workers",
+        "1",
+    ]);
+    assert!(ok, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("fill: the pool ran dry: class "))
+        .unwrap_or_else(|| panic!("no dry-pool line:\n{text}"));
+    assert!(
+        line.contains("more slab") && line.contains("nulls") && line.contains("--pool-slabs"),
+        "{line}"
+    );
+}

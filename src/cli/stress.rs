@@ -78,6 +78,10 @@ pub struct KernelReport {
     pub peak_mapped_bytes: u64,
     pub seconds: f64,
     pub ops_per_second: f64,
+    /// In pool mode, the classes whose mallocs got null during the kernel,
+    /// with the slabs they lacked (`HeapStats::pool_shortfall`): "class
+    /// 8.0 KiB: up to 3 more slabs (514 nulls)".
+    pub pool_shortfall: Vec<String>,
     pub problems: Vec<String>,
 }
 
@@ -404,6 +408,24 @@ pub fn stress(
         };
         let o = result?;
         let after = heap.stats()?;
+        // The kernel's own nulls by class: the pool's shortfall during it.
+        let mut during = after;
+        for (now, was) in during.classes.nulls.iter_mut().zip(before.classes.nulls) {
+            *now = now.saturating_sub(was);
+        }
+        let pool_shortfall: Vec<String> = during
+            .pool_shortfall()
+            .iter()
+            .map(|s| {
+                format!(
+                    "class {}: up to {} more slab{} ({} nulls)",
+                    bytes(u64::from(s.block)),
+                    s.slabs,
+                    if s.slabs == 1 { "" } else { "s" },
+                    s.nulls
+                )
+            })
+            .collect();
         let traffic = after.traffic.since(&before.traffic).served();
         let peak_mapped_bytes = after.region.peak_mapped_bytes;
         run_peak = run_peak.max(after.region.peak_mapped_bytes);
@@ -426,6 +448,7 @@ pub fn stress(
             peak_live_bytes: s.peak_live_bytes,
             peak_mapped_bytes,
             seconds: o.elapsed.as_secs_f64(),
+            pool_shortfall,
             ops_per_second: if o.elapsed.is_zero() {
                 0.0
             } else {
@@ -589,6 +612,23 @@ pub fn print(report: &StressReport) {
         report.relocations,
         bytes(report.mapped_after_trim)
     );
+    for k in &report.kernels {
+        if !k.pool_shortfall.is_empty() {
+            // The largest shortfalls first; the JSON keeps every class.
+            const SHOWN: usize = 6;
+            let more = k.pool_shortfall.len().saturating_sub(SHOWN);
+            println!(
+                "{}: the pool ran dry: {}{}; raise --pool-slabs or run in RPC mode",
+                k.kernel,
+                k.pool_shortfall[..k.pool_shortfall.len().min(SHOWN)].join(", "),
+                if more == 0 {
+                    String::new()
+                } else {
+                    format!(" and {more} more classes")
+                }
+            );
+        }
+    }
     for k in &report.skipped {
         println!("skipped: {k}");
     }
