@@ -59,10 +59,12 @@
 //! A live count is at most a slab's blocks (2^17) plus the lanes in flight
 //! (an H200 holds 270 336 threads at once): far below the count field's
 //! 2^24, so an addition never reaches the class. A dead counter's garbage —
-//! failed acquires, at most 32 each, on an empty slot or a slab being taken
-//! over — is overwritten by the next claim, takeover, vacate or
-//! publication; `LIVE` on an empty slot or a creation is no state the
-//! protocol makes, and is read as dead (`Seen::is_live`).
+//! failed acquires, at most 32 each, on an empty slot, a slab being taken
+//! over, or a creation (where a free's or an exhausted search's lanes count
+//! as waiters they are not: they only steer who waits) — is overwritten by
+//! the next claim, takeover, vacate or publication; `LIVE` on an empty slot
+//! or a creation is no state the protocol makes, and is read as dead
+//! (`Seen::is_live`).
 //!
 //! * `lock(n)`: `fetch_add(n << 32)`; it succeeded iff the counter it left
 //!   is live (a failed one leaves garbage in a dead counter, or counts the
@@ -480,7 +482,9 @@ impl Guard {
             // its waiter (lanes counted on the dead counter). A class field
             // of 0: a takeover's rebuild, not tagged — we are not counted,
             // and must look again. Others (frees, an exhausted heap's
-            // search) only learn that it is being created.
+            // search) learn only that it is being created — their lanes
+            // count on it all the same, as waiters they are not (they
+            // steer who waits: the publication erases them).
             SENTINEL => {
                 let untagged = after.refs >> TAG_SHIFT == 0 && !planted(UNTAGGED_AS_CLASS_ZERO);
                 Lock::Creating {
@@ -521,7 +525,10 @@ impl Guard {
     #[inline(always)]
     pub fn claim(&self, tag: u32) -> bool {
         // An empty slot's counter is 0, or holds failed additions of
-        // lockers that met it empty: the tag replaces them.
+        // lockers that met it empty: the tag replaces them. (A claim from
+        // `lock` finds its own addition there, so its first CAS fails:
+        // passing the lock's word in to expect cost a register on sm_75 in
+        // every malloc kernel, for a claim's path; ptxas, 2026-12-05.)
         let mut seen = 0;
         while let Err(now) = self
             .word

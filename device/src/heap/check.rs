@@ -140,8 +140,15 @@ impl DeviceHeap {
             if class as usize != class_index(geo.block) {
                 return Err("a slot's counter names another class than its slab's header");
             }
+            // Quiescent: every reference is a live block's reservation (no
+            // lock in flight), so the count is the set bits exactly — a
+            // reference a path forgot to give back shows here, not only in
+            // the loom models.
             if u64::from(seen.count()) < set {
                 return Err("a slab's reference count is below its set bits");
+            }
+            if u64::from(seen.count()) > set {
+                return Err("a slab's reference count is above its set bits (a reference leaked)");
             }
             if seen.count() == 0 && !self.empties.is_marked(index) {
                 return Err("an empty published slab is not marked empty");

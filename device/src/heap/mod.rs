@@ -616,10 +616,15 @@ impl DeviceHeap {
         if simt::lane_id() == leader && slot_ok {
             crate::event::record(crate::event::Event::FreeGroup);
             match self.slot(slot).lock(n, 0) {
-                Lock::Acquired { slab, class, .. } if slab == base => held = class.wrapping_add(1),
+                Lock::Acquired { slab, class, .. }
+                    if slab == base && (class as usize) < CLASS_COUNT =>
+                {
+                    held = class + 1
+                }
                 Lock::Acquired { .. } => {
                     // The slot now holds another slab: the pointer's slab is
-                    // gone. Give the references back.
+                    // gone (or a counter with no class, which no publication
+                    // makes). Give the references back.
                     self.release_slot(slot, n);
                 }
                 _ => {}

@@ -265,6 +265,14 @@ impl Found {
 /// warps' groups) the hint slab is often full: locking it blind took 5.45
 /// guard RMWs per group-pair warm, 0.6 locks of a full slab per
 /// group-malloc, against 3.3 to 4.1 with the look.
+///
+/// What the look filtered, a blind lock meets as it is (all rare for a
+/// stream's own hint, whose slot held the warp's last slab of the class):
+/// a slab with room for part of the group only (the rest scan again at
+/// once), another class's creation (the group is counted on it, as a free
+/// is), an empty slot (claimed at once, without `look_or_claim`'s look for
+/// an emptied slab of the class: `create_alone` still looks, and gives
+/// the claim up for one it finds).
 const BLIND_LOCK_USABLE: u32 = 1024;
 
 /// The slot a class's first scan starts from (its hint until it has one): a
@@ -538,7 +546,8 @@ impl DeviceHeap {
                         }
                     }
                     Lock::Claimed => {
-                        // Emptied since its check above: claimed at once.
+                        // Empty at the lock (emptied since the look, or a
+                        // blind lock's slot): claimed at once.
                         record(Event::Claim);
                         return (0, (CLAIMED << OUTCOME_SHIFT) | index);
                     }
