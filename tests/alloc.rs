@@ -403,8 +403,13 @@ fn the_first_bad_free_is_recorded_with_its_block_and_thread() {
     assert_eq!((e.invalid_frees, e.double_frees), (1, 0), "{e:?}");
     assert_eq!(e.first_bad_address, ptrs[2 * 32 + 5], "{e:?}");
     assert_eq!((e.first_bad_block, e.first_bad_thread), (2, 5), "{e:?}");
+    // The simulator knows the kernel too (a GPU's record does not).
+    assert_eq!(e.first_bad_kernel, Some("free_only"), "{e:?}");
     let said = heap.stats().expect("stats").to_string();
-    assert!(said.contains("by block 2 thread 5"), "{said}");
+    assert!(
+        said.contains("by block 2 thread 5 of kernel `free_only`"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -210,6 +210,54 @@ pub struct Errors {
     pub first_bad_block: u32,
     /// The thread (linear index in its block) of the first bad free.
     pub first_bad_thread: u32,
+    /// The kernel of the first bad free, where the simulator ran it (the
+    /// host fills it in: [`first_bad_kernel`]); `None` on a GPU, whose
+    /// device code does not know which kernel it runs in.
+    pub first_bad_kernel: Option<&'static str>,
+}
+
+/// The kernels of the first bad frees that ran in the simulator, by their
+/// error record's address (a record keeps block and thread in device
+/// memory; a kernel's name has no room there and, on a GPU, no source).
+#[cfg(not(target_arch = "nvptx64"))]
+static FIRST_BAD_KERNELS: std::sync::Mutex<std::vec::Vec<(u64, &'static str)>> =
+    std::sync::Mutex::new(std::vec::Vec::new());
+
+/// The kernel whose lane made the first bad free recorded by the error
+/// record at `record` (a device heap's address plus `Layout::errors`), if
+/// the simulator ran it. Always `None` on a GPU.
+pub fn first_bad_kernel(record: u64) -> Option<&'static str> {
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let kernels = FIRST_BAD_KERNELS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        kernels
+            .iter()
+            .find(|&&(at, _)| at == record)
+            .map(|&(_, name)| name)
+    }
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let _ = record;
+        None
+    }
+}
+
+/// Remembers that the simulator's running kernel made the first bad free
+/// recorded at `record` (a record at that address before, of a heap since
+/// dropped, is forgotten).
+#[cfg(not(target_arch = "nvptx64"))]
+fn remember_first_bad_kernel(record: u64) {
+    let name = warpalloc_sim::kernel_name();
+    if name.is_empty() {
+        return;
+    }
+    let mut kernels = FIRST_BAD_KERNELS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    kernels.retain(|&(at, _)| at != record);
+    kernels.push((record, name));
 }
 
 impl core::fmt::Debug for Errors {
@@ -224,6 +272,7 @@ impl core::fmt::Debug for Errors {
             )
             .field("first_bad_block", &self.first_bad_block)
             .field("first_bad_thread", &self.first_bad_thread)
+            .field("first_bad_kernel", &self.first_bad_kernel)
             .finish()
     }
 }
@@ -241,6 +290,9 @@ impl core::fmt::Display for Errors {
                 ", the first bad free of {:#x} by block {} thread {}",
                 self.first_bad_address, self.first_bad_block, self.first_bad_thread
             )?;
+            if let Some(kernel) = self.first_bad_kernel {
+                write!(f, " of kernel `{kernel}`")?;
+            }
         }
         Ok(())
     }
@@ -265,6 +317,8 @@ impl ErrorRecord {
         if self.first_bad_address.compare_exchange(0, addr).is_ok() {
             let place = (simt::block_linear() << 32) | u64::from(simt::thread_linear());
             self.first_bad_place.store(place, Ordering::Relaxed);
+            #[cfg(not(target_arch = "nvptx64"))]
+            remember_first_bad_kernel(self as *const ErrorRecord as u64);
         }
     }
 
@@ -277,6 +331,7 @@ impl ErrorRecord {
             first_bad_address: self.first_bad_address.load(Ordering::Relaxed),
             first_bad_block: (self.first_bad_place.load(Ordering::Relaxed) >> 32) as u32,
             first_bad_thread: self.first_bad_place.load(Ordering::Relaxed) as u32,
+            first_bad_kernel: None,
         }
     }
 }
@@ -599,6 +654,7 @@ mod tests {
             first_bad_address: 0x7f00_0020_0010,
             first_bad_block: 3,
             first_bad_thread: 17,
+            first_bad_kernel: None,
         };
         assert!(format!("{e:?}").contains("first_bad_address: 0x7f0000200010"));
         assert_eq!(

@@ -356,8 +356,13 @@ impl std::fmt::Display for HeapStats {
             d.invalid_frees,
             if d.first_bad_address != 0 {
                 format!(
-                    " (the first of {:#x}, by block {} thread {})",
-                    d.first_bad_address, d.first_bad_block, d.first_bad_thread
+                    " (the first of {:#x}, by block {} thread {}{})",
+                    d.first_bad_address,
+                    d.first_bad_block,
+                    d.first_bad_thread,
+                    d.first_bad_kernel
+                        .map(|k| format!(" of kernel `{k}`"))
+                        .unwrap_or_default()
                 )
             } else {
                 String::new()
@@ -847,9 +852,15 @@ impl Heap {
                 region: &region,
             })
             .map_err(|e| HostError::HeapCorrupt(e.to_string()))?;
+        let mut device = copy.errors();
+        if device.first_bad_address != 0 {
+            // Known where the simulator ran the kernel (never on a GPU).
+            device.first_bad_kernel =
+                warpalloc_device::abi::first_bad_kernel(self.device_heap() + LAYOUT.errors);
+        }
         Ok(HeapStats {
             region: region.stats(),
-            device: copy.errors(),
+            device,
             traffic: copy.traffic(),
             live,
             rpc: RpcCounts {

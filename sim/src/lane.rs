@@ -110,6 +110,9 @@ pub(crate) struct Accesses {
     pub(crate) fences: AtomicU64,
     /// Nanoseconds of `nanosleep` the lanes asked for.
     pub(crate) sleep_ns: AtomicU64,
+    /// Nanoseconds of `nanosleep` asked for while waiting on the host
+    /// (`wait_on_host`), counted here instead of in `sleep_ns`.
+    pub(crate) host_wait_ns: AtomicU64,
     /// The code's own events ([`count_event`]).
     pub(crate) events: [AtomicU64; EVENTS],
     /// Read-modify-writes per address, when the launch counts them (one
@@ -136,6 +139,9 @@ pub(crate) struct LaneCtx {
     /// lane learns from another waited for the other's trips). An atomic
     /// only its own lane touches (the worker's one thread runs it).
     pub(crate) trips: AtomicU64,
+    /// Whether the lane waits on the host now (`wait_on_host`). Only its
+    /// own lane touches it.
+    pub(crate) on_host: std::sync::atomic::AtomicBool,
 }
 
 /// How the running lane gets back to its scheduler.
@@ -303,6 +309,15 @@ pub fn count_event(index: usize) {
     let _ = with_ctx(|c| c.accesses.events[index % EVENTS].fetch_add(1, Ordering::Relaxed));
 }
 
+/// Marks the running lane as waiting on the host (an RPC answer) until
+/// called again with `false`: the sleep it asks for meanwhile is counted in
+/// `LaunchStats::host_wait_ns`, not `sleep_ns` — the host's latency (real
+/// time, which a simulator's steps do not follow) apart from the waits of
+/// the code's own protocols. Outside a launch, nothing.
+pub fn wait_on_host(waiting: bool) {
+    let _ = with_ctx(|c| c.on_host.store(waiting, Ordering::Relaxed));
+}
+
 /// A switch point: call before every atomic and fence. The scheduler may run
 /// other lanes before this one goes on.
 #[track_caller]
@@ -317,9 +332,12 @@ pub fn switch_point() {
 #[track_caller]
 pub fn sleep(nanoseconds: u32) {
     let _ = with_ctx(|c| {
-        c.accesses
-            .sleep_ns
-            .fetch_add(u64::from(nanoseconds), Ordering::Relaxed)
+        let counter = if c.on_host.load(Ordering::Relaxed) {
+            &c.accesses.host_wait_ns
+        } else {
+            &c.accesses.sleep_ns
+        };
+        counter.fetch_add(u64::from(nanoseconds), Ordering::Relaxed)
     });
     if suspend(Request::Sleep {
         site: Location::caller(),

@@ -34,6 +34,9 @@ pub struct LaunchStats {
     /// Nanoseconds of `nanosleep` the lanes asked for (the simulator does
     /// not wait them: a sleep is a switch point).
     pub sleep_ns: u64,
+    /// Nanoseconds of `nanosleep` the lanes asked for while waiting on the
+    /// host (`wait_on_host`: an RPC answer), not in `sleep_ns`.
+    pub host_wait_ns: u64,
     /// Memory fences by lanes (any scope).
     pub fences: u64,
     /// Dependent global round trips, summed over the warps: a warp's is the
@@ -143,6 +146,7 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         totals.sys_stores += s.sys_stores;
         totals.sys_rmws += s.sys_rmws;
         totals.sleep_ns += s.sleep_ns;
+        totals.host_wait_ns += s.host_wait_ns;
         totals.fences += s.fences;
         totals.round_trips += s.round_trips;
         totals.least_round_trips = totals.least_round_trips.min(s.least_round_trips);
@@ -215,6 +219,7 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
         Some(kind) => Err(fail(kind)),
         None => Ok(LaunchStats {
             sleep_ns: totals.sleep_ns,
+            host_wait_ns: totals.host_wait_ns,
             fences: totals.fences,
             round_trips: totals.round_trips,
             least_round_trips: match totals.least_round_trips {

@@ -132,6 +132,7 @@ pub(crate) struct WorkerStats {
     pub(crate) sys_stores: u64,
     pub(crate) sys_rmws: u64,
     pub(crate) sleep_ns: u64,
+    pub(crate) host_wait_ns: u64,
     pub(crate) fences: u64,
     pub(crate) round_trips: u64,
     /// The fewest of one warp (`u64::MAX` before a warp retires).
@@ -219,6 +220,7 @@ impl<'a> Worker<'a> {
         self.stats.sys_stores = self.accesses.sys_stores.load(Ordering::Relaxed);
         self.stats.sys_rmws = self.accesses.sys_rmws.load(Ordering::Relaxed);
         self.stats.sleep_ns = self.accesses.sleep_ns.load(Ordering::Relaxed);
+        self.stats.host_wait_ns = self.accesses.host_wait_ns.load(Ordering::Relaxed);
         self.stats.fences = self.accesses.fences.load(Ordering::Relaxed);
         for (total, event) in self.stats.events.iter_mut().zip(&self.accesses.events) {
             *total = event.load(Ordering::Relaxed);
@@ -345,6 +347,7 @@ impl<'a> Worker<'a> {
                     clock: Arc::clone(&self.clock),
                     accesses: Arc::clone(&self.accesses),
                     trips: AtomicU64::new(0),
+                    on_host: AtomicBool::new(false),
                 });
                 let fiber = match cfg.fibers {
                     Fibers::Coroutines => {

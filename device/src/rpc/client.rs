@@ -166,12 +166,18 @@ impl<'a> Client<'a> {
     /// flipped the client flag to `flip`.
     #[inline(always)]
     fn wait_answer(port: &Port, flip: u32) {
+        // The simulator counts this wait's sleep as the host's latency
+        // (`LaunchStats::host_wait_ns`), apart from the allocator's own.
+        #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
+        warpalloc_sim::wait_on_host(true);
         let mut backoff = Backoff::with_limits(64, 4096);
         // ORDERING: acquire (sys): pairs with the server's release before
         // it answered; the replies are visible after this.
         while port.server.load(Ordering::Acquire) != flip {
             backoff.snooze();
         }
+        #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
+        warpalloc_sim::wait_on_host(false);
     }
 
     /// Sends each lane's `request` (all of one opcode) and waits for the
