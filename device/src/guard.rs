@@ -546,12 +546,6 @@ impl Guard {
         true
     }
 
-    /// Whether the slot is empty now (one load).
-    #[inline(always)]
-    pub fn is_empty(&self) -> bool {
-        self.look().is_empty()
-    }
-
     /// Whether the slot is being rebuilt by a takeover, which leaves its
     /// counter untagged: a registration now would not count (one load; a
     /// search polls this instead of locking again).

@@ -90,21 +90,6 @@ impl Slab {
         unsafe { self.header_ptr().read() }
     }
 
-    /// The block size the header names, read atomically: a search may read
-    /// it from a slab it holds no reference to (an empty slab it considers
-    /// taking over), while a taker may be rewriting it (`init` writes it
-    /// atomically too). A hint, not a fact: only a reference or ownership
-    /// makes the header stable.
-    ///
-    /// # Safety
-    /// The slab is mapped.
-    #[inline(always)]
-    pub unsafe fn block_hint(self) -> u32 {
-        // SAFETY: the header's first word, 4-byte aligned in a mapped slab
-        // (the caller's contract); it is only written atomically.
-        unsafe { AtomicU32::from_ptr(self.0 as usize as *mut u32) }.load(Ordering::Relaxed)
-    }
-
     /// Bitfield word `i`.
     ///
     /// # Safety
@@ -133,8 +118,10 @@ impl Slab {
             // header is in bounds and aligned.
             unsafe {
                 let header = self.header_ptr();
-                // `block` atomically: a search may read it without holding
-                // the slab (`block_hint`).
+                // `block` by an atomic store, though no one reads it now
+                // without a reference (a search once did): as a plain
+                // write, ptxas gave `malloc_only` 45 registers on sm_90
+                // instead of 42 (2026-12-05).
                 AtomicU32::from_ptr(&raw mut (*header).block).store(geo.block, Ordering::Relaxed);
                 (&raw mut (*header).slot).write(slot);
                 (&raw mut (*header).words).write(geo.words);
@@ -607,7 +594,7 @@ fn runs_of(free: u32, n: u32) -> u32 {
 
 /// The bits of bitfield word `word` that are blocks: those below `usable`.
 #[inline(always)]
-fn valid_bits(word: u32, usable: u32) -> u32 {
+pub(crate) fn valid_bits(word: u32, usable: u32) -> u32 {
     match usable.saturating_sub(word * WORD_BITS) {
         left if left < WORD_BITS => (1u32 << left) - 1,
         _ => u32::MAX,

@@ -241,6 +241,21 @@ pub struct Shortfall {
     pub slabs: u32,
 }
 
+/// "class 8.0 KiB needed up to 3 more slabs (514 nulls)": one class of a
+/// dry pool's report (`HeapStats`'s `Display`, `warpalloc stress`).
+impl std::fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "class {} needed up to {} more slab{} ({} nulls)",
+            bytes(u64::from(self.block)),
+            self.slabs,
+            if self.slabs == 1 { "" } else { "s" },
+            self.nulls
+        )
+    }
+}
+
 impl HeapStats {
     /// In pool mode, the classes whose mallocs got null, with the slabs
     /// they lacked (largest shortfall first); empty in RPC mode or when no
@@ -375,18 +390,7 @@ impl std::fmt::Display for HeapStats {
         )?;
         let short = self.pool_shortfall();
         if let (Some(pool), false) = (self.pool, short.is_empty()) {
-            let classes: Vec<String> = short
-                .iter()
-                .map(|s| {
-                    format!(
-                        "class {} needed up to {} more slab{} ({} nulls)",
-                        bytes(u64::from(s.block)),
-                        s.slabs,
-                        if s.slabs == 1 { "" } else { "s" },
-                        s.nulls
-                    )
-                })
-                .collect();
+            let classes: Vec<String> = short.iter().map(Shortfall::to_string).collect();
             let more: u32 = short.iter().map(|s| s.slabs).sum();
             write!(
                 f,

@@ -80,7 +80,7 @@ pub struct KernelReport {
     pub ops_per_second: f64,
     /// In pool mode, the classes whose mallocs got null during the kernel,
     /// with the slabs they lacked (`HeapStats::pool_shortfall`): "class
-    /// 8.0 KiB: up to 3 more slabs (514 nulls)".
+    /// 8.0 KiB needed up to 3 more slabs (514 nulls)".
     pub pool_shortfall: Vec<String>,
     pub problems: Vec<String>,
 }
@@ -416,15 +416,7 @@ pub fn stress(
         let pool_shortfall: Vec<String> = during
             .pool_shortfall()
             .iter()
-            .map(|s| {
-                format!(
-                    "class {}: up to {} more slab{} ({} nulls)",
-                    bytes(u64::from(s.block)),
-                    s.slabs,
-                    if s.slabs == 1 { "" } else { "s" },
-                    s.nulls
-                )
-            })
+            .map(|s| s.to_string())
             .collect();
         let traffic = after.traffic.since(&before.traffic).served();
         let peak_mapped_bytes = after.region.peak_mapped_bytes;

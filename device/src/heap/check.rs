@@ -7,8 +7,8 @@
 
 use super::DeviceHeap;
 use crate::granule::Granule;
-use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SHIFT, WORD_BITS, class_index};
-use crate::slab::{Header, MAGIC};
+use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SHIFT, class_index};
+use crate::slab::{Header, MAGIC, valid_bits};
 
 /// Where slab memory is read from.
 pub trait SlabMemory {
@@ -121,17 +121,9 @@ impl DeviceHeap {
                 return Err("a published slab has no valid class");
             };
             let (mut set, mut phantom) = (0u64, false);
-            let (last, used) = (geo.usable / WORD_BITS, geo.usable % WORD_BITS);
             for_each_word(mem, slab, geo.words, |i, w| {
                 set += u64::from(w.count_ones());
-                let valid = if i < last {
-                    u32::MAX
-                } else if i == last {
-                    (1u32 << used) - 1
-                } else {
-                    0
-                };
-                phantom |= w & !valid != 0;
+                phantom |= w & !valid_bits(i, geo.usable) != 0;
             })?;
             let seen = self.slot(index).look();
             let Some(class) = seen.class() else {

@@ -648,11 +648,8 @@ impl DeviceHeap {
         if simt::lane_id() == leader {
             // The release's word: the count after it and the slab's class
             // (kept through the clearing, the class cost a register).
-            let seen = self.slot(slot).release(n + blocks_freed);
+            let seen = self.release_slot(slot, n + blocks_freed);
             let after = seen.count();
-            if after == 0 {
-                self.empties.mark(slot);
-            }
             // A free into a full slab gives it room, and a free that
             // empties a slab leaves it all room: point this stream's hint
             // at it, so that the stream's next malloc (and an exhausted

@@ -118,7 +118,7 @@ use super::DeviceHeap;
 use crate::abi::ProviderKind;
 use crate::event::{Event, record};
 use crate::granule::Granule;
-use crate::guard::{Creation, Lock, MAX_TRIES, admission, creation_tag};
+use crate::guard::{Creation, Lock, MAX_TRIES, Seen, admission, creation_tag};
 use crate::index::{reduce, wrap};
 use crate::simt;
 use crate::size_class::{SLAB_SHIFT, SLAB_SIZE, geometry};
@@ -893,11 +893,11 @@ impl DeviceHeap {
     }
 
     /// Gives back `n` references to slot `index` (one lane); returns the
-    /// count after. A release to zero marks the slot's slab empty; it stays
-    /// published.
-    pub(super) fn release_slot(&self, index: u32, n: u32) -> u32 {
-        let after = self.slot(index).unlock(n);
-        if after == 0 {
+    /// slot as the release left it (the count after, the slab's class). A
+    /// release to zero marks the slot's slab empty; it stays published.
+    pub(super) fn release_slot(&self, index: u32, n: u32) -> Seen {
+        let after = self.slot(index).release(n);
+        if after.count() == 0 {
             self.empties.mark(index);
         }
         after
