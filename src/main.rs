@@ -175,6 +175,10 @@ enum Command {
         /// Cap the heap's mapped memory: bytes, or with a unit (64MiB, 2GiB).
         #[arg(long, value_parser = parse_bytes)]
         limit: Option<u64>,
+        /// Back what the device's memory has no room for (past --limit)
+        /// with host memory instead of returning null.
+        #[arg(long)]
+        spill: bool,
         /// Plant a stray write in one block in N of the `lifetimes` kernel, to
         /// see the run fail (0: never).
         #[arg(long, default_value_t = 0)]
@@ -256,12 +260,13 @@ fn main() -> ExitCode {
             large_one_in,
             pool_slabs,
             limit,
+            spill,
             plant_corruption,
             json,
             schedule,
         } => (|| {
             let schedule = schedule.schedule();
-            let mut heap = open_heap(prefer, heap_config(pool_slabs, limit), schedule)?;
+            let mut heap = open_heap(prefer, heap_config(pool_slabs, limit, spill), schedule)?;
             let sms = launcher(&heap).info().multiprocessors;
             let args = StressArgs {
                 kernels: if kernels.is_empty() {
@@ -278,7 +283,9 @@ fn main() -> ExitCode {
                 plant_corruption,
                 limit,
                 pool_slabs,
-                capped: pool_slabs.is_some() || limit.is_some(),
+                spill,
+                // Spilling, a limit gives no null while the host has room.
+                capped: pool_slabs.is_some() || (limit.is_some() && !spill),
             };
             let report = stress::stress(&mut heap, &args, schedule.settings(), !json)?;
             if json {

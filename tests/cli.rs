@@ -736,3 +736,88 @@ fn stress_on_a_dry_pool_names_the_classes_short() {
         "{line}"
     );
 }
+
+/// `warpalloc stress --limit` prints, for a kernel that ran out, the heap's
+/// snapshot at its first out-of-memory null (each kernel a phase): its
+/// classes' nulls and the limit the host refused; with `--spill` the same
+/// run gets no null and says how much went to host memory.
+#[test]
+fn stress_under_a_limit_prints_the_snapshot_and_spill_serves_it() {
+    let args = [
+        "--simulator",
+        "stress",
+        "--kernels",
+        "fill",
+        "--limit",
+        "8MiB",
+        "--blocks",
+        "4",
+        "--threads",
+        "128",
+        "--workers",
+        "1",
+    ];
+    let (ok, text) = warpalloc(&args);
+    assert!(ok, "{text}");
+    let at = text
+        .find("fill: the heap at its first out-of-memory null:")
+        .unwrap_or_else(|| panic!("no snapshot:\n{text}"));
+    let snapshot = &text[at..];
+    for said in [
+        "phase \"fill\", at its first out-of-memory null",
+        " nulls\n",
+        "the host refused a slab (2.0 MiB): the heap's limit (8.0 MiB) was reached",
+    ] {
+        assert!(snapshot.contains(said), "{said:?} not in:\n{snapshot}");
+    }
+    let spill: Vec<&str> = args.iter().copied().chain(["--spill", "--json"]).collect();
+    let (ok, text) = warpalloc(&spill);
+    assert!(ok, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let fill = &report["kernels"][0];
+    assert_eq!(fill["kernel"], "fill");
+    assert_eq!(fill["nulls"], 0, "{fill}");
+    assert!(fill["out_of_memory"].is_null(), "{fill}");
+    assert!(fill["peak_spilled_bytes"].as_u64() > Some(0), "{fill}");
+    assert_eq!(report["args"]["spill"], true);
+}
+
+/// `warpalloc bench --cases spill` runs the same fill under an 8 MiB limit
+/// with and without spill: the spilled row has no null and says what it
+/// spilled; the other has nulls and its out-of-memory snapshot.
+#[test]
+fn bench_spill_case_pairs_a_spilled_run_with_one_that_got_nulls() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "bench",
+        "--cases",
+        "spill",
+        "--threads",
+        "2048",
+        "--json",
+    ]);
+    assert!(ok, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let rows = report["rows"].as_array().expect("rows");
+    let row = |case: &str| {
+        rows.iter()
+            .find(|r| r["case"] == case)
+            .unwrap_or_else(|| panic!("no {case} row in {text}"))
+    };
+    let (off, on) = (row("spill off"), row("spill"));
+    assert!(off["nulls"].as_u64() > Some(0), "{off}");
+    assert!(
+        off["snapshot"]
+            .as_str()
+            .is_some_and(|s| s.contains("the heap's limit (8.0 MiB)")),
+        "{off}"
+    );
+    assert_eq!(on["nulls"], 0, "{on}");
+    assert!(on["snapshot"].is_null(), "{on}");
+    assert!(
+        on["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("spilled to host memory") && !n.contains(" 0 B spilled")),
+        "{on}"
+    );
+}

@@ -608,3 +608,306 @@ fn a_dry_pool_names_its_class_and_shortfall() {
     );
     assert_empty(&mut heap, "dry pool");
 }
+
+/// Under a limit, the heap's first out-of-memory snapshot is taken right
+/// after the launch that ran out (not at the later read): it names the
+/// class that ran out, matches `stats()` of that moment, and says which
+/// limit the host refused and what to raise. A new phase starts its own
+/// peak and has no out-of-memory snapshot of its own.
+#[test]
+fn the_first_out_of_memory_snapshot_names_the_class_and_the_fix() {
+    use warpalloc::{Moment, Snapshot};
+    use warpalloc_device::size_class::{SLAB_SIZE, class_index};
+    use warpalloc_kernels_tests::stress::{free_only, malloc_only};
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut heap = heap_with(HeapConfig {
+        limit: Some(4 * GRANULE),
+        slots: 256,
+        ..HeapConfig::default()
+    });
+    // 2 048 lanes of 8 KiB: four slabs of 255 blocks, the rest null.
+    let threads = 2048u32;
+    let ptrs = buffer::<u64>(&heap, threads as usize);
+    let cfg = LaunchConfig::linear(threads / 256, 256).seed(5).workers(1);
+    let malloc = |heap: &mut Heap| {
+        run(
+            heap,
+            &cfg,
+            malloc_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+                size: 8192,
+            },
+        );
+        read(heap, &ptrs).iter().filter(|&&p| p == 0).count() as u64
+    };
+    let free = |heap: &mut Heap| {
+        run(
+            heap,
+            &cfg,
+            free_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+            },
+        );
+    };
+    let first_oom = |shots: &[Snapshot], phase: &str| -> Snapshot {
+        shots
+            .iter()
+            .find(|s| s.moment == Moment::FirstOutOfMemory && s.phase == phase)
+            .unwrap_or_else(|| panic!("no out-of-memory snapshot of {phase} in {shots:?}"))
+            .clone()
+    };
+    let class = class_index(8192);
+    let nulls = malloc(&mut heap);
+    assert!(nulls >= u64::from(threads) - 4 * 255, "{nulls} nulls");
+    // Freed before the snapshots are read: the snapshot is of the moment
+    // the launch that ran out ended.
+    free(&mut heap);
+    let shots = heap.snapshots().unwrap();
+    let oom = first_oom(&shots, "start");
+    assert_eq!(oom.classes.len(), 1, "{oom:?}");
+    let k = oom.classes[0];
+    assert_eq!(k.block, 8192);
+    assert_eq!(k.slabs, 4);
+    assert_eq!(k.blocks_in_use, u64::from(threads) - nulls);
+    assert_eq!(u64::from(k.nulls), nulls);
+    assert_eq!(oom.out_of_memory, nulls);
+    let refusal = oom.refusal.as_ref().expect("the host's refusal");
+    assert_eq!(refusal.reason, Refusal::Limit);
+    assert_eq!(refusal.bytes, SLAB_SIZE);
+    assert_eq!(refusal.mapped_bytes, 4 * GRANULE);
+    let table = oom.to_string();
+    println!("{table}");
+    for said in [
+        "phase \"start\", at its first out-of-memory null (read when no kernel ran): 8.0 MiB \
+         mapped (peak 8.0 MiB, 0 B of it free)",
+        "class   8.0 KiB: 4 slabs (8.0 MiB), 100 % full, 0 empty",
+        &format!("{nulls} nulls"),
+        "the host refused a slab (2.0 MiB): the heap's limit (8.0 MiB) was reached",
+        "raise `HeapConfig::limit`",
+    ] {
+        assert!(table.contains(said), "{said:?} not in:\n{table}");
+    }
+    // The phase's peak: the read after the free (the peak had not grown
+    // since the first read, so it is the first read's).
+    let peak = shots
+        .iter()
+        .find(|s| s.moment == Moment::Peak)
+        .expect("a peak snapshot");
+    assert_eq!(peak.peak_mapped_bytes, 4 * GRANULE);
+
+    // A phase of its own runs out again: its snapshot is what `stats()`
+    // says at that moment, figure for figure.
+    heap.mark_phase("again").unwrap();
+    let nulls = malloc(&mut heap);
+    let at = heap.stats().unwrap();
+    let oom = first_oom(&heap.snapshots().unwrap(), "again");
+    let k = oom.classes[0];
+    assert_eq!(k.slabs, at.classes.slabs[class]);
+    assert_eq!(k.blocks_in_use, at.live.live_blocks);
+    assert_eq!(k.empty_slabs as u64, at.live.empty_slabs);
+    // The phase's own nulls: the device's count less the first phase's.
+    assert_eq!(u64::from(k.nulls), nulls);
+    assert_eq!(
+        oom.out_of_memory,
+        at.device.out_of_memory - oom_of(&shots, "start")
+    );
+    assert_eq!(oom.mapped_bytes, at.region.mapped_bytes);
+    assert_eq!(oom.spilled_bytes, at.spill.bytes);
+    assert!(oom.large.is_empty() && at.live.large_blocks == 0);
+    free(&mut heap);
+
+    // A phase with room for all: its peak is its own, and it has no
+    // out-of-memory snapshot.
+    heap.trim().unwrap();
+    heap.mark_phase("small").unwrap();
+    hold_then_free(&mut heap, 16, 1024);
+    let shots = heap.snapshots().unwrap();
+    let phases: Vec<(&str, Moment)> = shots.iter().map(|s| (s.phase.as_str(), s.moment)).collect();
+    assert_eq!(
+        phases,
+        [
+            ("start", Moment::FirstOutOfMemory),
+            ("start", Moment::Peak),
+            ("again", Moment::FirstOutOfMemory),
+            ("again", Moment::Peak),
+            ("small", Moment::Peak)
+        ]
+    );
+    let small = &shots[4];
+    assert_eq!(small.out_of_memory, 0);
+    assert_eq!(small.peak_mapped_bytes, GRANULE);
+    assert!(small.advice().is_none());
+    assert_eq!(small.classes.len(), 1, "{small:?}");
+    assert_eq!(small.classes[0].block, 16);
+    assert_empty(&mut heap, "snapshots");
+}
+
+/// The out-of-memory nulls of `phase`'s first snapshot.
+fn oom_of(shots: &[warpalloc::Snapshot], phase: &str) -> u64 {
+    shots
+        .iter()
+        .find(|s| s.phase == phase)
+        .map_or(0, |s| s.out_of_memory)
+}
+
+/// A dry pool's out-of-memory snapshot says the pool ran dry and to what
+/// size to raise it (no host refused anything).
+#[test]
+fn a_dry_pools_snapshot_says_how_far_to_raise_it() {
+    use warpalloc::Moment;
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut heap = heap_with(HeapConfig {
+        mode: Mode::Pool { slabs: 2 },
+        ..HeapConfig::default()
+    });
+    let nulls = hold_then_free(&mut heap, 8192, 1024);
+    let shots = heap.snapshots().unwrap();
+    let oom = shots
+        .iter()
+        .find(|s| s.moment == Moment::FirstOutOfMemory)
+        .expect("an out-of-memory snapshot");
+    assert!(oom.refusal.is_none());
+    let more = nulls.div_ceil(255);
+    let advice = oom.advice().expect("advice");
+    assert!(
+        advice.contains(&format!(
+            "the pool (2 slabs) ran dry; raise it to {} slabs",
+            2 + more
+        )),
+        "{advice}"
+    );
+    assert_empty(&mut heap, "dry pool snapshot");
+}
+
+/// Spilling, a heap whose device limit is far below the demand serves
+/// every allocation from host memory past the limit: no null, every block's
+/// pattern intact, device memory within the limit, spilled slabs and large
+/// bytes counted exactly, the heap's invariants whole — and `trim` gives
+/// everything back.
+#[test]
+fn a_spilling_heap_finishes_under_a_device_limit_with_exact_accounting() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let limit = 4 * GRANULE;
+    let mut heap = heap_with(HeapConfig {
+        limit: Some(limit),
+        slots: 256,
+        spill: true,
+        ..HeapConfig::default()
+    });
+    let threads = 4 * 64;
+    let per_thread = 48u32;
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    let ptrs = buffer::<u64>(&heap, threads * per_thread as usize);
+    let sizes = buffer::<u32>(&heap, threads * per_thread as usize);
+    let counts = buffer::<u32>(&heap, threads);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(4, 64).seed(5),
+        fill::Args {
+            stats: stats_buf.kernel_ptr(),
+            ptrs: ptrs.kernel_ptr(),
+            sizes: sizes.kernel_ptr(),
+            counts: counts.kernel_ptr(),
+            per_thread,
+            seed: 5,
+            max_small: 32 << 10,
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_eq!(s.nulls, 0, "{s:?}");
+    let hs = heap.stats().unwrap();
+    println!("{hs}");
+    assert!(hs.region.mapped_bytes <= limit, "{:?}", hs.region);
+    assert!(hs.spill.bytes > 0, "nothing spilled: {:?}", hs.spill);
+    assert_eq!(hs.region.refused(Refusal::Limit), 0);
+    assert_eq!(hs.device.out_of_memory, 0);
+    // Exact: every granule mapped is the device's or the host's, and the
+    // spilled ones in use are slabs (by class) or large blocks.
+    assert_eq!(
+        hs.region.granules_mapped * GRANULE,
+        hs.region.mapped_bytes + hs.spill.bytes
+    );
+    let spilled_slabs: u64 = hs.spill.slabs.iter().map(|&n| u64::from(n)).sum();
+    assert!(spilled_slabs > 0, "{:?}", hs.spill);
+    assert!(
+        (spilled_slabs * GRANULE + hs.spill.large_bytes) <= hs.spill.bytes,
+        "{:?}",
+        hs.spill
+    );
+    assert!(spilled_slabs <= hs.live.live_slabs + hs.live.empty_slabs);
+    for (class, &n) in hs.spill.slabs.iter().enumerate() {
+        assert!(
+            n <= hs.classes.slabs[class],
+            "class {class}: {:?}",
+            hs.spill
+        );
+    }
+    let held: u32 = read(&heap, &counts).iter().sum();
+    assert_eq!(hs.live.live_allocations(), u64::from(held));
+    assert!(hs.to_string().contains("spill: "), "{hs}");
+    assert_eq!(heap.check().unwrap(), Ok(()));
+    run(
+        &mut heap,
+        &LaunchConfig::linear(4, 64).seed(5),
+        drain::Args {
+            stats: stats_buf.kernel_ptr(),
+            ptrs: ptrs.kernel_ptr(),
+            sizes: sizes.kernel_ptr(),
+            counts: counts.kernel_ptr(),
+            per_thread,
+            shift: 131,
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_eq!((s.corrupt, s.broken, s.nulls), (0, 0, 0), "{s:?}");
+    assert_eq!(s.allocs, s.frees);
+    // Large blocks (1 to 5 MiB, one allocation in 16) spill too.
+    let before = heap.stats().unwrap().traffic.large_allocations;
+    let s = churn_all(&mut heap, &schedule(7, 1), 8, 10, 16, 7);
+    assert_eq!((s.corrupt, s.broken, s.nulls), (0, 0, 0), "{s:?}");
+    assert_eq!(s.allocs, s.frees);
+    let hs = heap.stats().unwrap();
+    assert!(hs.traffic.large_allocations > before, "{:?}", hs.traffic);
+    assert!(hs.spill.peak_bytes > 0 && hs.region.peak_mapped_bytes <= limit);
+    assert_empty(&mut heap, "spill");
+    let after = heap.stats().unwrap();
+    assert_eq!(
+        (after.region.mapped_bytes, after.spill.bytes),
+        (0, 0),
+        "trim left memory mapped: {:?}",
+        after.region
+    );
+}
+
+/// The README's "Memory pressure" code, run: each of its snippets is an
+/// excerpt of this test, line for line (`tests/readme.rs` checks it).
+/// 2 048 blocks of 8 KiB (9 slabs of 255) under an 8 MiB limit (4 slabs):
+/// spilling, no null; the phase's snapshot says what went where.
+#[test]
+fn the_readme_memory_pressure_code_runs() -> Result<(), HostError> {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let launcher = Launcher::new(support::PTX, Prefer::Simulator)?;
+    let config = HeapConfig {
+        limit: Some(8 << 20), // the device memory the heap may map
+        spill: true,          // past it, host memory instead of null
+        ..HeapConfig::default()
+    };
+    let mut heap = Heap::new(launcher, config)?;
+    heap.mark_phase("solve")?;
+    let nulls = hold_then_free(&mut heap, 8192, 2048);
+    let stats = heap.stats()?;
+    println!("host memory at the peak: {}", stats.spill.peak_bytes);
+    for snapshot in heap.snapshots()? {
+        println!("{snapshot}");
+    }
+    assert_eq!(nulls, 0);
+    assert_eq!(stats.spill.peak_bytes, 5 * GRANULE);
+    let shots = heap.snapshots()?;
+    assert_eq!(shots.len(), 1, "{shots:?}");
+    assert_eq!(
+        (shots[0].phase.as_str(), shots[0].spilled_bytes),
+        ("solve", 5 * GRANULE)
+    );
+    assert_empty(&mut heap, "readme");
+    Ok(())
+}

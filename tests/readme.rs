@@ -12,11 +12,13 @@ const SOURCES: &[&str] = &[
     "examples/first-project/host/src/main.rs",
 ];
 
-/// The ```rust blocks of the README's section `heading`.
+/// The ```rust blocks of the README's section `heading` (up to the next
+/// heading of any level).
 fn rust_blocks(readme: &str, heading: &str) -> Vec<Vec<String>> {
     let start = readme.find(heading).expect("the section");
     let rest = &readme[start + heading.len()..];
-    let section = &rest[..rest.find("\n## ").unwrap_or(rest.len())];
+    // To the next heading, a subsection's included.
+    let section = &rest[..rest.find("\n##").unwrap_or(rest.len())];
     let mut blocks = Vec::new();
     let mut current: Option<Vec<String>> = None;
     for line in section.lines() {
@@ -132,4 +134,42 @@ fn the_xtask_alias_shows_its_build() {
         !alias.contains("--quiet") && !alias.split_whitespace().any(|w| w == "-q" || w == "\"-q"),
         "the xtask alias hides xtask's build: {alias}"
     );
+}
+
+/// The README's "Memory pressure" code is code that runs: each of its Rust
+/// snippets is an excerpt of `the_readme_memory_pressure_code_runs` in
+/// `tests/heap.rs` (indentation aside), chunk by chunk and in order.
+#[test]
+fn the_memory_pressure_snippets_are_a_test_s_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let blocks = rust_blocks(&readme, "### Memory pressure");
+    assert!(!blocks.is_empty(), "the section's snippets");
+    let text = std::fs::read_to_string(root.join("tests/heap.rs")).expect("tests/heap.rs");
+    let start = text
+        .find("fn the_readme_memory_pressure_code_runs")
+        .expect("the test");
+    let body: Vec<String> = text[start..]
+        .lines()
+        .take_while(|l| *l != "}")
+        .map(|l| l.trim().to_string())
+        .collect();
+    let body: Vec<&str> = body.iter().map(String::as_str).collect();
+    for block in blocks {
+        let mut at = 0;
+        for chunk in block.split(|l| l.trim() == "// …") {
+            let chunk: Vec<String> = chunk
+                .iter()
+                .map(|l| l.trim().to_string())
+                .filter(|l| !l.is_empty())
+                .collect();
+            match find(&body, &chunk, at) {
+                Some(i) => at = i + chunk.len(),
+                None => panic!(
+                    "this chunk of \"Memory pressure\" is not, line for line and in order, in \
+                     tests/heap.rs's the_readme_memory_pressure_code_runs:\n{chunk:#?}"
+                ),
+            }
+        }
+    }
 }

@@ -195,6 +195,11 @@ pub struct ErrorRecord {
     pub(crate) first_bad_place: AtomicU64,
 }
 
+/// Where an [`ErrorRecord`]'s count of out-of-memory nulls lies in it (a
+/// `u64`, bytes from `Layout::errors`): what the host reads after a launch
+/// to see whether it had a null.
+pub const OUT_OF_MEMORY_OFFSET: u64 = core::mem::offset_of!(ErrorRecord, out_of_memory) as u64;
+
 /// A snapshot of an [`ErrorRecord`]. Prints the address in hex.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct Errors {

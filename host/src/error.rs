@@ -109,6 +109,13 @@ pub enum HostError {
     /// A device heap's state is inconsistent (a broken invariant).
     #[error("the device heap is corrupt: {0}")]
     HeapCorrupt(String),
+    /// `HeapConfig::spill` on a device whose driver cannot map host memory
+    /// into the heap's region.
+    #[error(
+        "HeapConfig::spill: this device cannot back the heap's region with host memory ({0}); \
+         turn spill off, or lower the demand (a limit, a smaller pool)"
+    )]
+    SpillUnsupported(crate::backing::BackingError),
     /// The RPC server did not take a request in time.
     #[error("the RPC server did not take a request within {0:?}")]
     ServerTimeout(std::time::Duration),

@@ -20,6 +20,9 @@
 //!     serves their requests while they run …
 //!   heap.stats() / check() / trim()   synchronise the context first, then
 //!                                     work on a copy
+//!   heap.mark_phase(name) /           the same; a phase's snapshots at its
+//!     snapshots()                     peak and first out-of-memory null
+//!                                     (snapshot.rs)
 //!   drop(heap)                        synchronises, unlinks every module,
 //!                                     stops serving, frees the memory
 //! ```
@@ -32,7 +35,8 @@
 //! too, and only where the region has mapped granules.
 //!
 //! # Synchronisation
-//! `stats`, `check`, `trim`, `link` and dropping the heap need no kernel of
+//! `stats`, `check`, `trim`, `link`, `mark_phase`, `snapshots` and dropping
+//! the heap need no kernel of
 //! the context to run: each first waits for every stream of the context
 //! (`Device::synchronize`, which is `cuCtxSynchronize` on a GPU) and for the
 //! server to take the requests the kernels left. So they are safe, and they
@@ -51,13 +55,18 @@
 //!   mapping memory while a kernel runs turned out not to work on some driver.
 //!   It costs the pool's memory up front. Large blocks (≥ 1 MiB) still go to
 //!   the server.
+//!
+//! Either mode may spill (`HeapConfig::spill`): what the device's memory
+//! has no room for is backed by host memory mapped into the region
+//! (backing/mod.rs, "Spill") instead of answered with null.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use warpalloc_device::abi::{
-    ConfigValues, Errors, HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout, ProviderKind, Traffic,
+    ConfigValues, Errors, HEAP_SYMBOL, LAYOUT_SYMBOL, LAYOUT_WORDS, Layout, OUT_OF_MEMORY_OFFSET,
+    ProviderKind, Traffic,
 };
 use warpalloc_device::heap::{
     Census, LAYOUT, MAX_REGION, MAX_SLOTS, MAX_STREAMS, SlabMemory, hint_table_bytes,
@@ -65,7 +74,7 @@ use warpalloc_device::heap::{
 };
 use warpalloc_device::registry;
 use warpalloc_device::rpc::wire::{self, Port, Reply, Request};
-use warpalloc_device::size_class::geometry;
+use warpalloc_device::size_class::{CLASS_COUNT, geometry};
 use warpalloc_device::{ClassCounts, DeviceHeap};
 
 use crate::backing::{Backing, GRANULE, Refusal, Region, RegionConfig, RegionStats};
@@ -73,6 +82,7 @@ use crate::device::{
     Allocation, AsDevice, AsModule, Device, Global, HostMapping, Launch, LaunchReport, Module,
 };
 use crate::server::{self, Registration};
+use crate::snapshot::{Moment, Reading, RefusalRecord, Snapshot};
 use crate::{HostError, Launcher};
 
 /// How slabs reach the device.
@@ -112,6 +122,17 @@ pub struct HeapConfig {
     /// Default: one per resident warp of the device (8 192 on an H200; 32
     /// on the emulated device).
     pub streams: Option<u32>,
+    /// Spill to host memory (default off): a slab or large block that the
+    /// device's memory has no room for — the `limit` or `headroom` reached,
+    /// or the driver out of device memory — is backed by pinned host
+    /// memory mapped into the heap's region, so kernels go on (slower:
+    /// each access crosses the bus) instead of getting null. A spill is
+    /// refused while it would leave the host less than a tenth of its
+    /// memory (at least 4 GiB) free. Spilled bytes are counted apart
+    /// (`HeapStats::spill`) and given back first by `trim`. Attach fails
+    /// with `HostError::SpillUnsupported` where the driver cannot map host
+    /// memory so.
+    pub spill: bool,
 }
 
 impl HeapConfig {
@@ -186,6 +207,7 @@ impl Default for HeapConfig {
             slots: MAX_SLOTS as u32,
             ports: None,
             streams: None,
+            spill: false,
         }
     }
 }
@@ -225,6 +247,36 @@ pub struct HeapStats {
     pub classes: ClassCounts,
     /// The pool's slabs in pool mode (`None` in RPC mode).
     pub pool: Option<u32>,
+    /// What lies in host memory (`HeapConfig::spill`).
+    pub spill: SpillCounts,
+}
+
+/// What a heap that spills holds in host memory (`HeapStats::spill`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpillCounts {
+    /// Bytes of host memory mapped now (in use or free until `trim`).
+    pub bytes: u64,
+    /// The most mapped at once (since the peaks were last reset).
+    pub peak_bytes: u64,
+    /// Spilled slabs in use, by size class (indexed as
+    /// [`geometry`]).
+    pub slabs: [u32; CLASS_COUNT],
+    /// Bytes of spilled large blocks in use.
+    pub large_bytes: u64,
+    /// Spills refused for want of host memory.
+    pub refused: u64,
+}
+
+impl Default for SpillCounts {
+    fn default() -> Self {
+        SpillCounts {
+            bytes: 0,
+            peak_bytes: 0,
+            slabs: [0; CLASS_COUNT],
+            large_bytes: 0,
+            refused: 0,
+        }
+    }
 }
 
 /// A class that a dry pool left short: what [`HeapStats::pool_shortfall`]
@@ -264,24 +316,29 @@ impl HeapStats {
         if self.pool.is_none() {
             return Vec::new();
         }
-        let mut short: Vec<Shortfall> = self
-            .classes
-            .nulls
-            .iter()
-            .enumerate()
-            .filter(|&(_, &nulls)| nulls != 0)
-            .map(|(class, &nulls)| {
-                let geo = geometry(class);
-                Shortfall {
-                    block: geo.block,
-                    nulls,
-                    slabs: nulls.div_ceil(geo.usable.max(1)),
-                }
-            })
-            .collect();
-        short.sort_by_key(|s| std::cmp::Reverse(s.slabs));
-        short
+        shortfall(&self.classes)
     }
+}
+
+/// The classes of `counts` whose mallocs got null, with the slabs they
+/// lacked, largest shortfall first.
+pub(crate) fn shortfall(counts: &ClassCounts) -> Vec<Shortfall> {
+    let mut short: Vec<Shortfall> = counts
+        .nulls
+        .iter()
+        .enumerate()
+        .filter(|&(_, &nulls)| nulls != 0)
+        .map(|(class, &nulls)| {
+            let geo = geometry(class);
+            Shortfall {
+                block: geo.block,
+                nulls,
+                slabs: nulls.div_ceil(geo.usable.max(1)),
+            }
+        })
+        .collect();
+    short.sort_by_key(|s| std::cmp::Reverse(s.slabs));
+    short
 }
 
 /// What a program whose global allocator is not `WarpAlloc` is told, once,
@@ -302,7 +359,7 @@ fn warn_if_not_warpalloc() {
 }
 
 /// Bytes for people: B, KiB, MiB, GiB with one decimal.
-fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     UNITS.iter().find(|&&(_, size)| n >= size).map_or_else(
         || format!("{n} B"),
@@ -327,6 +384,19 @@ impl std::fmt::Display for HeapStats {
             r.relocations,
             r.retired_granules
         )?;
+        if self.spill.peak_bytes != 0 || self.spill.refused != 0 {
+            let slabs: u32 = self.spill.slabs.iter().sum();
+            writeln!(
+                f,
+                "spill: {} of host memory mapped (peak {}): {} slabs and {} of large blocks in \
+                 use there; {} spills refused for want of host memory",
+                bytes(self.spill.bytes),
+                bytes(self.spill.peak_bytes),
+                slabs,
+                bytes(self.spill.large_bytes),
+                self.spill.refused
+            )?;
+        }
         writeln!(
             f,
             "live: {} blocks ({}) in {} slabs, {} empty slabs, {} pooled; {} large blocks ({})",
@@ -415,6 +485,43 @@ struct Counters {
     /// pass (its headroom check, a driver error, an injected fault); taken
     /// by [`Heap::forget_refusal`].
     temporary_refusal: AtomicBool,
+    /// The phase's first refusal, as the server saw it (taken by
+    /// [`Heap::mark_phase`]).
+    first_refusal: Mutex<Option<RefusalRecord>>,
+}
+
+/// The phase the heap is in, and the snapshots of the phases before.
+struct Phases {
+    /// The phase's name.
+    name: String,
+    /// The device's nulls per class when the phase began.
+    base_nulls: [u32; CLASS_COUNT],
+    /// Its out-of-memory count then.
+    base_out_of_memory: u64,
+    /// The phase's first-out-of-memory snapshot, once taken.
+    out_of_memory: Option<Snapshot>,
+    /// Its peak snapshot, replaced while the peak grows.
+    peak: Option<Snapshot>,
+    /// The ended phases' snapshots.
+    done: Vec<Snapshot>,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases {
+            name: "start".into(),
+            base_nulls: [0; CLASS_COUNT],
+            base_out_of_memory: 0,
+            out_of_memory: None,
+            peak: None,
+            done: Vec::new(),
+        }
+    }
+
+    /// The phase's snapshots: its first out-of-memory, then its peak.
+    fn current(&self) -> impl Iterator<Item = &Snapshot> {
+        self.out_of_memory.iter().chain(self.peak.iter())
+    }
 }
 
 type SharedRegion = Arc<Mutex<Region<Box<dyn Backing>>>>;
@@ -484,19 +591,43 @@ pub struct Heap {
     mailbox: Box<dyn HostMapping>,
     region: SharedRegion,
     counters: Arc<Counters>,
+    phases: Mutex<Phases>,
     mode: Mode,
     launcher: Option<Launcher>,
     device: Arc<dyn Device>,
 }
 
 /// The server's handler for one heap: the region answers `Alloc` and `Free`.
-fn handler(region: SharedRegion, counters: Arc<Counters>) -> Arc<server::Handler> {
+/// A refusal is recorded, the phase's first with what it needed and what
+/// was mapped (`limit` and `headroom`: the heap's settings, for its
+/// report).
+fn handler(
+    region: SharedRegion,
+    counters: Arc<Counters>,
+    limit: Option<u64>,
+    headroom: u64,
+) -> Arc<server::Handler> {
     Arc::new(move |request: Request| match request {
         Request::Alloc { bytes, align } => {
             counters.allocs.fetch_add(1, Ordering::Relaxed);
-            Reply::Alloc(lock(&region).allocate(bytes, align).map_err(|why| {
+            let mut region = lock(&region);
+            Reply::Alloc(region.allocate(bytes, align).map_err(|why| {
                 if why.may_pass() {
                     counters.temporary_refusal.store(true, Ordering::Relaxed);
+                }
+                let mut first = counters
+                    .first_refusal
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if first.is_none() {
+                    *first = Some(RefusalRecord {
+                        reason: why,
+                        bytes,
+                        mapped_bytes: region.stats().mapped_bytes,
+                        limit,
+                        headroom,
+                        driver_error: region.last_driver_error().map(str::to_string),
+                    });
                 }
                 why.status()
             }))
@@ -510,6 +641,25 @@ fn handler(region: SharedRegion, counters: Arc<Counters>) -> Arc<server::Handler
             Reply::Ping(words.map(|w| !w))
         }
     })
+}
+
+/// What the region holds in host memory, the slabs among it by class (from
+/// the device heap's granule table).
+fn spill_counts(copy: &DeviceHeap, region: &Region<Box<dyn Backing>>) -> SpillCounts {
+    let stats = region.stats();
+    let mut counts = SpillCounts {
+        bytes: stats.spilled_bytes,
+        peak_bytes: stats.peak_spilled_bytes,
+        refused: stats.spills_refused,
+        ..SpillCounts::default()
+    };
+    for addr in region.spilled_in_use() {
+        match copy.slab_class_at(addr) {
+            Some(class) => counts.slabs[class] += 1,
+            None => counts.large_bytes += GRANULE,
+        }
+    }
+    counts
 }
 
 /// Slab memory read through the device interface, only where the region
@@ -638,8 +788,15 @@ impl Heap {
                 reserve: config.reserve,
                 limit: config.limit,
                 headroom: config.headroom,
+                spill: config.spill,
             },
         )?));
+        if config.spill {
+            lock(&region)
+                .backing_mut()
+                .probe_host()
+                .map_err(HostError::SpillUnsupported)?;
+        }
         let counters = Arc::new(Counters::default());
 
         let copy = HeapCopy::zeroed();
@@ -690,7 +847,12 @@ impl Heap {
             server::register(
                 mailbox.host().cast::<Port>().cast_const(),
                 ports,
-                handler(Arc::clone(&region), Arc::clone(&counters)),
+                handler(
+                    Arc::clone(&region),
+                    Arc::clone(&counters),
+                    config.limit,
+                    config.headroom,
+                ),
             )
         }
         .map_err(HostError::Server)?;
@@ -703,6 +865,7 @@ impl Heap {
             mailbox,
             region,
             counters,
+            phases: Mutex::new(Phases::new()),
             mode: config.mode,
             launcher,
             device,
@@ -807,6 +970,7 @@ impl Heap {
         // SAFETY: forwarded from the caller.
         let report = unsafe { launcher.launch(grid, block, args) }?;
         self.wait_for_server()?;
+        self.observe_out_of_memory()?;
         Ok(report)
     }
 
@@ -850,6 +1014,7 @@ impl Heap {
         self.quiesce()?;
         let copy = self.read_device_heap()?;
         let region = lock(&self.region);
+        self.observe(&copy, &region)?;
         let live = copy
             .census(&DeviceMemory {
                 device: &*self.device,
@@ -877,6 +1042,7 @@ impl Heap {
                 Mode::Pool { slabs } => Some(slabs),
                 Mode::Rpc => None,
             },
+            spill: spill_counts(&copy, &region),
         })
     }
 
@@ -924,6 +1090,8 @@ impl Heap {
         self.quiesce()?;
         let mut taken = Vec::new();
         let copy = self.read_device_heap()?;
+        // The phase's peak, before its slabs go.
+        self.observe(&copy, &lock(&self.region))?;
         copy.take_empty(|slab| taken.push(slab));
         if matches!(self.mode, Mode::Pool { .. }) {
             for slab in taken.drain(..) {
@@ -938,6 +1106,144 @@ impl Heap {
             let _ = region.free(slab, GRANULE);
         }
         Ok(region.trim()?)
+    }
+
+    /// Ends the current phase and begins one called `name` (synchronises
+    /// first; see the module docs): the ended phase's snapshots are kept
+    /// ([`Heap::snapshots`]), and the new phase's peaks, nulls and first
+    /// refusal start from now — so each phase of a program (setup, a solver's
+    /// steps, output) gets its own peak and its own first out-of-memory.
+    /// The peaks of [`HeapStats::region`] start over too
+    /// ([`Heap::reset_peaks`]). The first phase is called "start".
+    pub fn mark_phase(&self, name: &str) -> Result<(), HostError> {
+        self.quiesce()?;
+        let copy = self.read_device_heap()?;
+        let mut region = lock(&self.region);
+        self.observe(&copy, &region)?;
+        let mut phases = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
+        let ended: Vec<Snapshot> = phases.current().cloned().collect();
+        phases.done.extend(ended);
+        phases.name = name.to_string();
+        phases.base_nulls = copy.class_counts().nulls;
+        phases.base_out_of_memory = copy.errors().out_of_memory;
+        phases.out_of_memory = None;
+        phases.peak = None;
+        *self
+            .counters
+            .first_refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        region.reset_peaks();
+        Ok(())
+    }
+
+    /// The snapshots of every phase so far (synchronises first, and reads
+    /// the heap: see [`crate::snapshot`]): for each phase, in order, the
+    /// one at its first out-of-memory null (if it had one), then the one at
+    /// its peak of mapped memory (if it mapped any). Each prints as a table
+    /// with what ran out and what to do.
+    pub fn snapshots(&self) -> Result<Vec<Snapshot>, HostError> {
+        self.quiesce()?;
+        let copy = self.read_device_heap()?;
+        self.observe(&copy, &lock(&self.region))?;
+        let phases = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(phases
+            .done
+            .iter()
+            .chain(phases.current())
+            .cloned()
+            .collect())
+    }
+
+    /// After a launch: reads the device's count of out-of-memory nulls (8
+    /// bytes) and, when the phase had its first null, the whole heap for
+    /// its snapshot — so `Heap::launch`'s users get the state right after
+    /// the launch that ran out.
+    fn observe_out_of_memory(&self) -> Result<(), HostError> {
+        let base = {
+            let phases = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
+            if phases.out_of_memory.is_some() {
+                return Ok(());
+            }
+            phases.base_out_of_memory
+        };
+        let mut word = [0u8; 8];
+        // SAFETY: the error record's out-of-memory count, a `u64` of this
+        // heap's `DeviceHeap`; the launch ended and the server is idle.
+        unsafe {
+            self.device.read(
+                self.state.addr() + LAYOUT.errors + OUT_OF_MEMORY_OFFSET,
+                &mut word,
+            )
+        }?;
+        if u64::from_ne_bytes(word) == base {
+            return Ok(());
+        }
+        let copy = self.read_device_heap()?;
+        self.observe(&copy, &lock(&self.region))
+    }
+
+    /// Takes the phase's snapshots that are due from a read of the heap
+    /// (`copy`, quiescent): the first out-of-memory one once the phase had
+    /// a null, a peak one when the peak of mapped memory grew since the
+    /// last.
+    fn observe(&self, copy: &HeapCopy, region: &Region<Box<dyn Backing>>) -> Result<(), HostError> {
+        let mut phases = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
+        let stats = region.stats();
+        let out_of_memory = copy
+            .errors()
+            .out_of_memory
+            .saturating_sub(phases.base_out_of_memory);
+        let oom_due = phases.out_of_memory.is_none() && out_of_memory != 0;
+        let peak_due = stats.peak_mapped_bytes != 0
+            && phases
+                .peak
+                .as_ref()
+                .is_none_or(|p| stats.peak_mapped_bytes > p.peak_mapped_bytes);
+        if !oom_due && !peak_due {
+            return Ok(());
+        }
+        let memory = DeviceMemory {
+            device: &*self.device,
+            region,
+        };
+        let corrupt = |e: &str| HostError::HeapCorrupt(e.to_string());
+        let classes = copy.class_census(&memory).map_err(corrupt)?;
+        let census = copy.census(&memory).map_err(corrupt)?;
+        let counts = copy.class_counts();
+        let nulls: [u32; CLASS_COUNT] =
+            std::array::from_fn(|c| counts.nulls[c].saturating_sub(phases.base_nulls[c]));
+        let mut large = Vec::new();
+        copy.for_each_large(|bytes| large.push(bytes));
+        let refusal = self
+            .counters
+            .first_refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let reading = Reading {
+            phase: &phases.name,
+            classes: &classes,
+            nulls: &nulls,
+            large: &large,
+            census: &census,
+            pool: match self.mode {
+                Mode::Pool { slabs } => Some(slabs),
+                Mode::Rpc => None,
+            },
+            region: &stats,
+            out_of_memory,
+            refusal,
+        };
+        let oom = oom_due.then(|| Snapshot::take(Moment::FirstOutOfMemory, &reading));
+        let peak = peak_due.then(|| Snapshot::take(Moment::Peak, &reading));
+        if oom.is_some() {
+            phases.out_of_memory = oom;
+        }
+        if peak.is_some() {
+            phases.peak = peak;
+        }
+        Ok(())
     }
 
     /// The region's base and length (where every device allocation lies).

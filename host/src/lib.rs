@@ -25,14 +25,17 @@ pub mod heap;
 mod launch;
 mod profile;
 pub mod server;
+pub mod snapshot;
 
 pub use cudarc;
 pub use device::{driver_present, open_gpu};
 pub use error::HostError;
 pub use heap::{
     ClassPeak, Heap, HeapConfig, HeapProfile, HeapStats, Mode, NOT_WARPALLOC, RpcCounts, Shortfall,
+    SpillCounts,
 };
 pub use launch::{Buffer, Launcher, Prefer};
+pub use snapshot::{Moment, Snapshot};
 
 /// A kernel parameter of your own type (a `#[repr(C)]` struct, say) for a
 /// launch builder on either device: `.arg(&KernelParam(value))`. On a GPU

@@ -2,17 +2,31 @@
 //! contiguous runs, a physical granule remapped elsewhere, limit / headroom /
 //! fault-injection refusals, bad frees, trim, free granules moved to where a
 //! run needs them when memory is short, a steady churn at the edge of
-//! memory, and a model-checked random sequence (proptest) with exact
-//! accounting and every live granule's bytes kept.
+//! memory, spill to host memory (and its refusal when the host is short),
+//! and a model-checked random sequence (proptest) with exact accounting and
+//! every live granule's bytes kept, spilling or not.
 
 use proptest::prelude::*;
-use warpalloc_host::backing::{Backing, GRANULE, HostEmulated, Refusal, Region, RegionConfig};
+use warpalloc_host::backing::{
+    Backing, BackingError, DriverCalls, GRANULE, HostEmulated, HostMemory, Refusal, Region,
+    RegionConfig, spill_floor,
+};
 
 fn region(
     reserve_granules: u64,
     device_granules: u64,
     limit: Option<u64>,
     headroom: u64,
+) -> Region<HostEmulated> {
+    spilling_region(reserve_granules, device_granules, limit, headroom, false)
+}
+
+fn spilling_region(
+    reserve_granules: u64,
+    device_granules: u64,
+    limit: Option<u64>,
+    headroom: u64,
+    spill: bool,
 ) -> Region<HostEmulated> {
     let backing = HostEmulated::new(device_granules * GRANULE).expect("emulated device");
     Region::new(
@@ -21,6 +35,7 @@ fn region(
             reserve: Some(reserve_granules * GRANULE),
             limit,
             headroom,
+            spill,
         },
     )
     .expect("reserve")
@@ -247,8 +262,13 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
-    fn random_sequences_keep_exact_accounting(ops in proptest::collection::vec(op(), 1..60)) {
-        let mut r = region(24, 64, Some(20 * GRANULE), 0);
+    fn random_sequences_keep_exact_accounting(
+        ops in proptest::collection::vec(op(), 1..60),
+        spill in any::<bool>(),
+    ) {
+        // Spilling, the limit is lower: runs go to host memory past it.
+        let limit = if spill { 6 } else { 20 } * GRANULE;
+        let mut r = spilling_region(24, 64, Some(limit), 0, spill);
         // Each live run, and the tag byte at the start of each of its
         // granules: a granule whose memory moved under a live run shows.
         let mut live: Vec<(u64, u64)> = Vec::new();
@@ -280,6 +300,14 @@ proptest! {
                 Op::Trim => {
                     r.trim().unwrap();
                     prop_assert_eq!(r.stats().retired_granules, 0);
+                    // No spares after a trim: the device memory the
+                    // backing holds is what the region counts as device
+                    // memory (a spilled granule counted as the device's,
+                    // or the reverse, shows).
+                    prop_assert_eq!(
+                        r.backing().free_device_memory(),
+                        Some(64 * GRANULE - r.stats().mapped_bytes)
+                    );
                 }
             }
             for &(a, bytes) in &live {
@@ -294,8 +322,16 @@ proptest! {
             let in_use: u64 = live.iter().map(|&(_, b)| b).sum();
             prop_assert_eq!(s.in_use_bytes, in_use);
             prop_assert_eq!(s.live_runs, live.len() as u64);
-            prop_assert_eq!(s.mapped_bytes, in_use + s.free_mapped_granules * GRANULE);
-            prop_assert!(s.mapped_bytes <= 20 * GRANULE);
+            prop_assert_eq!(
+                s.mapped_bytes + s.spilled_bytes,
+                in_use + s.free_mapped_granules * GRANULE
+            );
+            prop_assert_eq!(s.granules_mapped * GRANULE, s.mapped_bytes + s.spilled_bytes);
+            prop_assert!(s.mapped_bytes <= limit);
+            prop_assert!(spill || s.spilled_bytes == 0);
+            // Spilled granules in use are live runs' granules.
+            let spilled_in_use = r.spilled_in_use().count() as u64 * GRANULE;
+            prop_assert!(spilled_in_use <= s.spilled_bytes && spilled_in_use <= in_use);
         }
     }
 }
@@ -429,4 +465,141 @@ fn a_steady_churn_at_the_edge_of_memory_is_served() {
         (0, 20 * GRANULE),
         "{s:?}"
     );
+}
+
+/// Spilling, a region maps host memory past its device limit: the runs work
+/// (their bytes kept), the device's memory stays within the limit, spilled
+/// bytes are counted apart, and `trim` gives them back first.
+#[test]
+fn a_spilling_region_maps_host_memory_past_the_limit_and_trims_it() {
+    let mut r = spilling_region(32, 64, Some(3 * GRANULE), 0, true);
+    let runs: Vec<u64> = (0..5)
+        .map(|_| r.allocate(GRANULE, GRANULE).expect("spilled"))
+        .collect();
+    let big = r
+        .allocate(4 * GRANULE, GRANULE)
+        .expect("a spilled large run");
+    for (k, &a) in runs.iter().enumerate() {
+        write_read(a, GRANULE, k as u8);
+    }
+    write_read(big, 4 * GRANULE, 9);
+    let s = r.stats();
+    assert_eq!(s.mapped_bytes, 3 * GRANULE);
+    assert_eq!(s.spilled_bytes, 6 * GRANULE);
+    assert_eq!(s.peak_spilled_bytes, 6 * GRANULE);
+    assert_eq!(s.refused(Refusal::Limit), 0);
+    assert_eq!(s.calls.host_maps, 6);
+    assert_eq!(r.spilled_in_use().count(), 6);
+    // The emulated device holds 3 granules; the host the rest.
+    assert_eq!(
+        r.backing().free_device_memory(),
+        Some(61 * GRANULE),
+        "host granules took device memory"
+    );
+    for a in runs {
+        r.free(a, GRANULE).unwrap();
+    }
+    r.free(big, 4 * GRANULE).unwrap();
+    assert_eq!(r.spilled_in_use().count(), 0);
+    assert_eq!(r.trim().unwrap(), 9 * GRANULE);
+    let s = r.stats();
+    assert_eq!(
+        (s.mapped_bytes, s.spilled_bytes, s.granules_mapped),
+        (0, 0, 0)
+    );
+}
+
+/// A backing whose host has `available` bytes free of `total`, otherwise
+/// the emulated device.
+struct ShortHost {
+    inner: HostEmulated,
+    host: HostMemory,
+}
+
+impl Backing for ShortHost {
+    fn reserve(&mut self, bytes: u64) -> Result<u64, BackingError> {
+        self.inner.reserve(bytes)
+    }
+    fn map(&mut self, addr: u64) -> Result<(), BackingError> {
+        self.inner.map(addr)
+    }
+    fn map_host(&mut self, addr: u64) -> Result<(), BackingError> {
+        self.inner.map_host(addr)
+    }
+    fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
+        self.inner.unmap(addr)
+    }
+    fn remap(&mut self, from: u64, to: u64) -> Result<(), BackingError> {
+        self.inner.remap(from, to)
+    }
+    fn adopt(&mut self, alias: u64, owner: u64) -> Result<(), BackingError> {
+        self.inner.adopt(alias, owner)
+    }
+    fn release_spares(&mut self) -> Result<u64, BackingError> {
+        self.inner.release_spares()
+    }
+    fn free_reservation(&mut self) -> Result<(), BackingError> {
+        self.inner.free_reservation()
+    }
+    fn free_device_memory(&self) -> Option<u64> {
+        self.inner.free_device_memory()
+    }
+    fn device_memory(&self) -> u64 {
+        self.inner.device_memory()
+    }
+    fn calls(&self) -> DriverCalls {
+        self.inner.calls()
+    }
+    fn host_memory(&self) -> Option<HostMemory> {
+        Some(self.host)
+    }
+}
+
+/// A spill that would leave the host less than max(4 GiB, a tenth of its
+/// memory) free is refused: the request gets the device's refusal, and
+/// the refused spill is counted.
+#[test]
+fn a_spill_that_would_starve_the_host_is_refused() {
+    // 64 GiB of host memory: the floor is 6.4 GiB. 6.4 GiB + one granule
+    // free: one spill fits, the second does not.
+    let total = 64u64 << 30;
+    let floor = spill_floor(HostMemory {
+        available: 0,
+        total,
+    });
+    assert_eq!(floor, total / 10);
+    assert_eq!(
+        spill_floor(HostMemory {
+            available: 0,
+            total: 8 << 30
+        }),
+        4 << 30,
+        "at least 4 GiB"
+    );
+    let backing = ShortHost {
+        inner: HostEmulated::new(64 * GRANULE).expect("emulated device"),
+        host: HostMemory {
+            available: floor + GRANULE,
+            total,
+        },
+    };
+    let mut r = Region::new(
+        backing,
+        RegionConfig {
+            reserve: Some(32 * GRANULE),
+            limit: Some(GRANULE),
+            headroom: 0,
+            spill: true,
+        },
+    )
+    .expect("reserve");
+    r.allocate(GRANULE, GRANULE).expect("device memory");
+    // The host's figure does not move in this test: each spill is checked
+    // alone. One granule fits above the floor, two do not.
+    r.allocate(GRANULE, GRANULE).expect("one spilled granule");
+    assert_eq!(r.allocate(2 * GRANULE, GRANULE), Err(Refusal::Limit));
+    let s = r.stats();
+    assert_eq!(s.spilled_bytes, GRANULE);
+    assert_eq!(s.spills_refused, 1);
+    assert_eq!(s.refused(Refusal::Limit), 1);
 }

@@ -101,6 +101,9 @@ done
 for case in pool mixed fragmentation footprint out-of-memory; do
   bench_case "$case" 15 --cases "$case"
 done
+# Spill: the same fill under an 8 MiB device limit with host memory past it
+# and without (nulls), side by side: what spilling costs in pairs/s.
+bench_case spill 30 --cases spill
 fi
 
 if want baseline; then

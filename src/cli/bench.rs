@@ -42,8 +42,13 @@ pub enum Case {
     Fragmentation,
     /// Peak mapped ÷ requested, one block per thread of 16, 64 and 256 B.
     Footprint,
-    /// Filling under a 64 MiB limit: nulls, no crash.
+    /// Filling under a 64 MiB limit: nulls, no crash; the heap's snapshot
+    /// at its first out-of-memory null.
     OutOfMemory,
+    /// Filling a demand far above an 8 MiB limit, with spill to host
+    /// memory and without: the spilled run's throughput beside the one
+    /// that got nulls.
+    Spill,
 }
 
 /// One measurement.
@@ -77,6 +82,9 @@ pub struct Row {
     pub note: String,
     /// Why the case failed (the other fields are then empty).
     pub error: Option<String>,
+    /// The heap's snapshot at its first out-of-memory null, as printed
+    /// (`Heap::snapshots`), when the case had one.
+    pub snapshot: Option<String>,
 }
 
 impl Row {
@@ -98,6 +106,7 @@ impl Row {
             sim_sys_per_pair: None,
             note: String::new(),
             error: Some(why.to_string()),
+            snapshot: None,
         }
     }
 }
@@ -210,6 +219,7 @@ fn alloc_free_case(
         // The kernel adds its four counters once per thread.
         note: kernel_rmws_note(per.rmws, 4.0 / f64::from(rounds.max(1))),
         error: None,
+        snapshot: None,
     })
 }
 
@@ -290,6 +300,7 @@ fn footprint_case(
         sim_sys_per_pair: None,
         note: format!("{} requested: one block per thread", bytes(requested)),
         error: None,
+        snapshot: None,
     })
 }
 
@@ -333,23 +344,28 @@ fn mixed_case(
             &kernel_rmws_note(per.rmws, 3.0),
         ),
         error: None,
+        snapshot: None,
     })
 }
 
 /// Fills with `per_thread` mixed-size blocks per thread (or until null under
 /// `limit`), then frees them; peak mapped ÷ bytes requested at the peak.
+#[allow(clippy::too_many_arguments)]
 fn fill_case(
+    case: &str,
     prefer: Prefer,
     schedule: Schedule,
     threads: u32,
     block: u32,
     per_thread: u32,
     limit: Option<u64>,
+    spill: bool,
 ) -> Result<Row, HostError> {
     let mut heap: Heap = open_heap(
         prefer,
         HeapConfig {
             limit,
+            spill,
             ..HeapConfig::default()
         },
         schedule,
@@ -404,12 +420,13 @@ fn fill_case(
         return Err(HostError::InvalidPtx(format!("fill: {s:?}")));
     }
     let oom = limit.is_some();
+    let snapshot = heap
+        .snapshots()?
+        .into_iter()
+        .find(|s| s.moment == warpalloc::Moment::FirstOutOfMemory)
+        .map(|s| s.to_string());
     Ok(Row {
-        case: if oom {
-            "out of memory".into()
-        } else {
-            "fragmentation".into()
-        },
+        case: case.into(),
         mode: mode_name(heap.mode()),
         threads: n as u64,
         min_bytes: 16,
@@ -425,7 +442,17 @@ fn fill_case(
         sim_loads_per_pair: None,
         sim_sys_per_pair: None,
         error: None,
-        note: if oom {
+        snapshot,
+        note: if spill {
+            format!(
+                "limit {}: {} spilled to host memory at the peak, {} nulls, {} spills refused; \
+                 every block freed",
+                bytes(limit.unwrap_or(0)),
+                bytes(st.spill.peak_bytes),
+                s.nulls,
+                st.spill.refused
+            )
+        } else if oom {
             format!(
                 "limit {}: {} nulls, {} refusals, no crash; every block freed",
                 bytes(limit.unwrap_or(0)),
@@ -505,7 +532,16 @@ pub fn bench(
         push(row, "mixed 16 B-8 KiB", most, 16, 8192);
     }
     if wanted(Case::Fragmentation) {
-        let row = fill_case(prefer, schedule, most, a.block, 8, None);
+        let row = fill_case(
+            "fragmentation",
+            prefer,
+            schedule,
+            most,
+            a.block,
+            8,
+            None,
+            false,
+        );
         push(row, "fragmentation", most, 16, 8192);
     }
     if wanted(Case::Footprint) {
@@ -515,8 +551,36 @@ pub fn bench(
         }
     }
     if wanted(Case::OutOfMemory) {
-        let row = fill_case(prefer, schedule, most, a.block, 64, Some(64 << 20));
+        let row = fill_case(
+            "out of memory",
+            prefer,
+            schedule,
+            most,
+            a.block,
+            64,
+            Some(64 << 20),
+            false,
+        );
         push(row, "out of memory", most, 16, 8192);
+    }
+    if wanted(Case::Spill) {
+        // Four blocks a thread under an 8 MiB limit: in the simulator's
+        // 4 096 threads about 50 MiB spilled (a slab per class), at a
+        // million threads on a GPU some GiB — within a GPU machine's host
+        // memory.
+        for (case, spill) in [("spill off", false), ("spill", true)] {
+            let row = fill_case(
+                case,
+                prefer,
+                schedule,
+                most,
+                a.block,
+                4,
+                Some(8 << 20),
+                spill,
+            );
+            push(row, case, most, 16, 8192);
+        }
     }
     Ok(BenchReport {
         target,
@@ -585,4 +649,9 @@ pub fn print_row(r: &Row) {
         sim,
         r.note
     );
+    if let Some(snapshot) = &r.snapshot {
+        for line in snapshot.lines() {
+            println!("    {line}");
+        }
+    }
 }

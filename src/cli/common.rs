@@ -135,13 +135,14 @@ pub fn read_stats(heap: &Heap, stats: &Buffer<u64>) -> Result<Stats, HostError> 
 }
 
 /// A heap configuration for `mode` ("rpc" or "pool") and an optional limit.
-pub fn heap_config(pool_slabs: Option<u32>, limit: Option<u64>) -> HeapConfig {
+pub fn heap_config(pool_slabs: Option<u32>, limit: Option<u64>, spill: bool) -> HeapConfig {
     HeapConfig {
         mode: match pool_slabs {
             Some(slabs) => Mode::Pool { slabs },
             None => Mode::Rpc,
         },
         limit,
+        spill,
         ..HeapConfig::default()
     }
 }

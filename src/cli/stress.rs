@@ -49,6 +49,8 @@ pub struct StressArgs {
     pub limit: Option<u64>,
     /// `--pool-slabs`: pool mode with this many slabs mapped before launch.
     pub pool_slabs: Option<u32>,
+    /// `--spill`: what the limit refuses goes to host memory.
+    pub spill: bool,
     /// The heap's memory is capped (`--limit`, or pool mode's fixed slabs):
     /// a null is an answer then, not a failure, for every kernel.
     pub capped: bool,
@@ -82,6 +84,11 @@ pub struct KernelReport {
     /// with the slabs they lacked (`HeapStats::pool_shortfall`): "class
     /// 8.0 KiB needed up to 3 more slabs (514 nulls)".
     pub pool_shortfall: Vec<String>,
+    /// The heap's snapshot at the kernel's first out-of-memory null, as
+    /// printed (`Heap::snapshots`: each kernel is a phase).
+    pub out_of_memory: Option<String>,
+    /// Bytes of host memory mapped at the kernel's peak (`--spill`).
+    pub peak_spilled_bytes: u64,
     pub problems: Vec<String>,
 }
 
@@ -387,7 +394,9 @@ pub fn stress(
         // none (`lifetimes` under '--limit 4194304 --convergence random
         // --seed 32 --workers 1', and `fill` at other seeds).
         heap.trim()?;
-        heap.reset_peaks();
+        // Each kernel a phase: its own peaks and its own first
+        // out-of-memory snapshot.
+        heap.mark_phase(name)?;
         let before = heap.stats()?;
         let result = match name.as_str() {
             "churn" => run_churn(heap, a),
@@ -418,8 +427,14 @@ pub fn stress(
             .iter()
             .map(|s| s.to_string())
             .collect();
+        let out_of_memory = heap
+            .snapshots()?
+            .into_iter()
+            .find(|s| s.phase == *name && s.moment == warpalloc::Moment::FirstOutOfMemory)
+            .map(|s| s.to_string());
         let traffic = after.traffic.since(&before.traffic).served();
         let peak_mapped_bytes = after.region.peak_mapped_bytes;
+        let peak_spilled_bytes = after.spill.peak_bytes;
         run_peak = run_peak.max(after.region.peak_mapped_bytes);
         run_peak_in_use = run_peak_in_use.max(after.region.peak_in_use_bytes);
         let (before, live_after, after) =
@@ -441,6 +456,8 @@ pub fn stress(
             peak_mapped_bytes,
             seconds: o.elapsed.as_secs_f64(),
             pool_shortfall,
+            out_of_memory,
+            peak_spilled_bytes,
             ops_per_second: if o.elapsed.is_zero() {
                 0.0
             } else {
@@ -618,6 +635,19 @@ pub fn print(report: &StressReport) {
                 } else {
                     format!(" and {more} more classes")
                 }
+            );
+        }
+        if let Some(snapshot) = &k.out_of_memory {
+            println!("{}: the heap at its first out-of-memory null:", k.kernel);
+            for line in snapshot.lines() {
+                println!("    {line}");
+            }
+        }
+        if k.peak_spilled_bytes != 0 {
+            println!(
+                "{}: {} spilled to host memory at the peak",
+                k.kernel,
+                bytes(k.peak_spilled_bytes)
             );
         }
     }

@@ -134,6 +134,7 @@ pub fn assert_empty(heap: &mut Heap, context: &str) {
         s.region.mapped_bytes, pooled,
         "{context}: mapped after trim: {s:?}"
     );
+    assert_eq!(s.spill.bytes, 0, "{context}: spilled after trim: {s:?}");
 }
 
 /// Whether this process is the child that [`run_child`] started for the

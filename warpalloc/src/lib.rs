@@ -88,7 +88,8 @@
 
 pub use warpalloc_host::{
     Buffer, ClassPeak, Heap, HeapConfig, HeapProfile, HeapStats, HostError, KernelParam, Launcher,
-    Mode, Prefer, RpcCounts, Shortfall, backing, device, emulated, server,
+    Mode, Moment, Prefer, RpcCounts, Shortfall, Snapshot, SpillCounts, backing, device, emulated,
+    server, snapshot,
 };
 
 /// GPU `n`'s context as a `Result` ("no CUDA driver" rather than cudarc's

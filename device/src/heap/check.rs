@@ -1,5 +1,6 @@
 //! Checks and counts of a quiescent heap (no kernel running): its invariants
-//! (`check`) and what is live in it (`census`).
+//! (`check`) and what is live in it (`census`; by size class,
+//! `class_census`; large blocks one by one, `for_each_large`).
 //!
 //! Both read the heap's own state directly and the slabs' headers and
 //! bitfields through a [`SlabMemory`], so that a host runs them on its copy
@@ -7,7 +8,7 @@
 
 use super::DeviceHeap;
 use crate::granule::Granule;
-use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SHIFT, class_index};
+use crate::size_class::{CLASS_COUNT, Geometry, HEADER_BYTES, SLAB_SHIFT, class_index};
 use crate::slab::{Header, MAGIC, valid_bits};
 
 /// Where slab memory is read from.
@@ -47,6 +48,19 @@ impl Census {
     pub fn live_bytes(&self) -> u64 {
         self.live_block_bytes + self.large_bytes
     }
+}
+
+/// What one size class holds in a quiescent heap (`class_census`).
+///
+/// `slabs ≥ empty_slabs`, `live_blocks ≤ (slabs − empty_slabs) · usable`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassCensus {
+    /// Slots that publish a slab of the class, empty ones included.
+    pub slabs: u32,
+    /// Of those, slabs with no live block.
+    pub empty_slabs: u32,
+    /// Blocks of the class allocated (set bits).
+    pub live_blocks: u64,
 }
 
 /// Bitfield words read at a time.
@@ -175,6 +189,27 @@ impl DeviceHeap {
             pool_slabs: self.pool_len() as u64,
             ..Census::default()
         };
+        for (class, k) in self.class_census(mem)?.iter().enumerate() {
+            c.empty_slabs += u64::from(k.empty_slabs);
+            c.live_slabs += u64::from(k.slabs - k.empty_slabs);
+            c.live_blocks += k.live_blocks;
+            c.live_block_bytes +=
+                k.live_blocks * u64::from(crate::size_class::geometry(class).block);
+        }
+        self.for_each_large(|bytes| {
+            c.large_blocks += 1;
+            c.large_bytes += bytes;
+        });
+        Ok(c)
+    }
+
+    /// What each size class holds in a quiescent heap (indexed by class),
+    /// reading slabs through `mem`: the class is the slab header's.
+    pub fn class_census(
+        &self,
+        mem: &dyn SlabMemory,
+    ) -> Result<[ClassCensus; CLASS_COUNT], &'static str> {
+        let mut classes = [ClassCensus::default(); CLASS_COUNT];
         for (_, slab) in self.published() {
             if self.granule_of(slab).is_none() {
                 return Err("a published slab lies outside the region");
@@ -185,20 +220,20 @@ impl DeviceHeap {
             for_each_word(mem, slab, geo.words, |_, w| {
                 set += u64::from(w.count_ones())
             })?;
-            if set == 0 {
-                c.empty_slabs += 1;
-            } else {
-                c.live_slabs += 1;
-            }
-            c.live_blocks += set;
-            c.live_block_bytes += set * u64::from(geo.block);
+            let k = &mut classes[class_index(geo.block)];
+            k.slabs += 1;
+            k.empty_slabs += u32::from(set == 0);
+            k.live_blocks += set;
         }
+        Ok(classes)
+    }
+
+    /// Calls `f(bytes)` for each large block allocated, in address order.
+    pub fn for_each_large(&self, mut f: impl FnMut(u64)) {
         for granule in 0..(self.region().1 >> SLAB_SHIFT) as u32 {
             if let Granule::Large { granules } = self.granules.get(granule) {
-                c.large_blocks += 1;
-                c.large_bytes += u64::from(granules) << SLAB_SHIFT;
+                f(u64::from(granules) << SLAB_SHIFT);
             }
         }
-        Ok(c)
     }
 }

@@ -63,7 +63,7 @@
 mod check;
 mod search;
 
-pub use check::{Census, SlabMemory};
+pub use check::{Census, ClassCensus, SlabMemory};
 
 use crate::abi::{
     ClassCounters, ClassCounts, ConfigValues, Counters, DeviceConfig, ErrorRecord, Errors, Layout,
@@ -707,6 +707,19 @@ impl DeviceHeap {
             }
             Target::Large { granules, .. } => u64::from(granules) << SLAB_SHIFT,
             _ => 0,
+        }
+    }
+
+    /// The size class of the slab a slot publishes at `addr` (a granule's
+    /// address), or `None` when no slab lies there (a large block, a free
+    /// granule, a pooled slab): for the host's count of spilled slabs
+    /// (quiescent heap).
+    pub fn slab_class_at(&self, addr: u64) -> Option<usize> {
+        match self.granules.get(self.granule_of(addr)?) {
+            Granule::Slab { slot } if self.slot(slot).peek() == Some(addr) => {
+                self.slot(slot).look().class().map(|c| c as usize)
+            }
+            _ => None,
         }
     }
 

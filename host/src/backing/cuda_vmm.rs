@@ -3,6 +3,9 @@
 //! from `cuMemCreate`, mapped with `cuMemMap` and made accessible with
 //! `cuMemSetAccess`. Every call binds the heap's context to the calling
 //! thread first (the RPC server's thread is not the one that created it).
+//! A spill (`map_host`) creates its physical granule at a host location
+//! (`CU_MEM_LOCATION_TYPE_HOST`: pinned system memory) and maps it, with
+//! access for the device, as any other.
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -26,6 +29,10 @@ pub struct CudaVmm {
     /// to it, until `unmap`.
     aliases: HashSet<u64>,
     spares: Vec<sys::CUmemGenericAllocationHandle>,
+    /// Addresses whose physical granule is host memory (`map_host`).
+    host: HashSet<u64>,
+    /// Unmapped host granules.
+    host_spares: Vec<sys::CUmemGenericAllocationHandle>,
     calls: DriverCalls,
 }
 
@@ -87,6 +94,8 @@ impl CudaVmm {
             mapped: HashMap::new(),
             aliases: HashSet::new(),
             spares: Vec::new(),
+            host: HashSet::new(),
+            host_spares: Vec::new(),
             calls: DriverCalls::default(),
         };
         let prop = vmm.prop();
@@ -113,6 +122,8 @@ impl CudaVmm {
         self.granularity
     }
 
+    /// The properties of a physical granule in the device's memory (and
+    /// the location whose access `map_handle` sets).
     fn prop(&self) -> sys::CUmemAllocationProp {
         // SAFETY: a plain C struct for which all-zero is the documented
         // "no options" value of every field.
@@ -121,6 +132,53 @@ impl CudaVmm {
         prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         prop.location.id = self.device;
         prop
+    }
+
+    /// A new physical granule: pinned host memory with `host`, else the
+    /// device's.
+    fn create(&mut self, host: bool) -> Result<sys::CUmemGenericAllocationHandle, BackingError> {
+        let mut prop = self.prop();
+        if host {
+            prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST;
+            prop.location.id = 0;
+        }
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: valid out-pointer and property struct.
+        driver("cuMemCreate", || unsafe {
+            sys::cuMemCreate(&mut handle, GRANULE as usize, &prop, 0)
+        })?;
+        self.calls.creates += 1;
+        Ok(handle)
+    }
+
+    /// Maps a spare or new physical granule at `addr`: host memory with
+    /// `host`.
+    fn map_new(&mut self, addr: u64, host: bool) -> Result<(), BackingError> {
+        self.bind()?;
+        let spare = if host {
+            self.host_spares.pop()
+        } else {
+            self.spares.pop()
+        };
+        let handle = match spare {
+            Some(h) => h,
+            None => self.create(host)?,
+        };
+        if let Err(e) = self.map_handle(addr, handle) {
+            if host {
+                self.host_spares.push(handle);
+            } else {
+                self.spares.push(handle);
+            }
+            return Err(e);
+        }
+        self.mapped.insert(addr, handle);
+        if host {
+            self.host.insert(addr);
+            self.calls.host_maps += 1;
+        }
+        self.calls.maps += 1;
+        Ok(())
     }
 
     fn bind(&self) -> Result<(), BackingError> {
@@ -171,26 +229,19 @@ impl Backing for CudaVmm {
     }
 
     fn map(&mut self, addr: u64) -> Result<(), BackingError> {
+        self.map_new(addr, false)
+    }
+
+    fn map_host(&mut self, addr: u64) -> Result<(), BackingError> {
+        self.map_new(addr, true)
+    }
+
+    fn probe_host(&mut self) -> Result<(), BackingError> {
         self.bind()?;
-        let handle = match self.spares.pop() {
-            Some(h) => h,
-            None => {
-                let prop = self.prop();
-                let mut handle: sys::CUmemGenericAllocationHandle = 0;
-                // SAFETY: valid out-pointer and property struct.
-                driver("cuMemCreate", || unsafe {
-                    sys::cuMemCreate(&mut handle, GRANULE as usize, &prop, 0)
-                })?;
-                self.calls.creates += 1;
-                handle
-            }
-        };
-        if let Err(e) = self.map_handle(addr, handle) {
-            self.spares.push(handle);
-            return Err(e);
-        }
-        self.mapped.insert(addr, handle);
-        self.calls.maps += 1;
+        let handle = self.create(true)?;
+        // SAFETY: the physical allocation just created, never mapped.
+        driver("cuMemRelease", || unsafe { sys::cuMemRelease(handle) })?;
+        self.calls.releases += 1;
         Ok(())
     }
 
@@ -219,7 +270,11 @@ impl Backing for CudaVmm {
         let result = driver("cuMemUnmap", || unsafe {
             sys::cuMemUnmap(addr, GRANULE as usize)
         });
-        self.spares.push(handle);
+        if self.host.remove(&addr) {
+            self.host_spares.push(handle);
+        } else {
+            self.spares.push(handle);
+        }
         result?;
         self.calls.unmaps += 1;
         Ok(())
@@ -236,6 +291,9 @@ impl Backing for CudaVmm {
         self.map_handle(to, handle)?;
         self.mapped.remove(&from);
         self.mapped.insert(to, handle);
+        if self.host.remove(&from) {
+            self.host.insert(to);
+        }
         self.aliases.insert(from);
         self.calls.remaps += 1;
         Ok(())
@@ -249,6 +307,9 @@ impl Backing for CudaVmm {
             return Err(BackingError::BadRequest(format!("adopt from {owner:#x}")));
         };
         self.mapped.insert(alias, physical);
+        if self.host.remove(&owner) {
+            self.host.insert(alias);
+        }
         self.aliases.remove(&alias);
         self.aliases.insert(owner);
         Ok(())
@@ -257,15 +318,17 @@ impl Backing for CudaVmm {
     fn release_spares(&mut self) -> Result<u64, BackingError> {
         self.bind()?;
         let mut n = 0;
-        while let Some(handle) = self.spares.pop() {
-            // SAFETY: an unmapped physical allocation we created.
-            if let Err(e) = driver("cuMemRelease", || unsafe { sys::cuMemRelease(handle) }) {
-                // Kept, for a later release.
-                self.spares.push(handle);
-                return Err(e);
+        for spares in [&mut self.spares, &mut self.host_spares] {
+            while let Some(handle) = spares.pop() {
+                // SAFETY: an unmapped physical allocation we created.
+                if let Err(e) = driver("cuMemRelease", || unsafe { sys::cuMemRelease(handle) }) {
+                    // Kept, for a later release.
+                    spares.push(handle);
+                    return Err(e);
+                }
+                self.calls.releases += 1;
+                n += 1;
             }
-            self.calls.releases += 1;
-            n += 1;
         }
         Ok(n)
     }

@@ -9,7 +9,10 @@
 //! * unmap: the range becomes `PROT_NONE` anonymous memory again
 //!   (`cuMemUnmap`), and the memfd a spare that may be mapped elsewhere;
 //! * remap: the memfd mapped at a second address as well (`cuMemMap` of the
-//!   same handle), the first left as an alias until it is unmapped.
+//!   same handle), the first left as an alias until it is unmapped;
+//! * map_host (spill): a memfd as for `map`, but counted as host memory: it
+//!   does not take from the emulated device's memory, and goes back to a
+//!   spare list of its own.
 //!
 //! Under Miri, which has no `mmap` of files, the reservation is one block of
 //! the allocator and a physical granule is only a count: mapping zeroes the
@@ -30,6 +33,10 @@ pub struct HostEmulated {
     /// to it, until `unmap`.
     aliases: HashSet<u64>,
     spares: Vec<os::Physical>,
+    /// Addresses whose physical granule is host memory (`map_host`).
+    host: HashSet<u64>,
+    /// Unmapped host granules.
+    host_spares: Vec<os::Physical>,
     calls: DriverCalls,
 }
 
@@ -42,21 +49,55 @@ impl HostEmulated {
             mapped: HashMap::new(),
             aliases: HashSet::new(),
             spares: Vec::new(),
+            host: HashSet::new(),
+            host_spares: Vec::new(),
             calls: DriverCalls::default(),
         })
     }
 
+    /// Device memory in use: mapped granules that are not host memory, and
+    /// device spares.
     fn physical_in_use(&self) -> u64 {
-        (self.mapped.len() + self.spares.len()) as u64 * GRANULE
+        (self.mapped.len() - self.host.len() + self.spares.len()) as u64 * GRANULE
     }
 
-    fn new_granule(&mut self) -> Result<os::Physical, BackingError> {
-        if let Some(physical) = self.spares.pop() {
+    fn new_granule(&mut self, host: bool) -> Result<os::Physical, BackingError> {
+        let spares = if host {
+            &mut self.host_spares
+        } else {
+            &mut self.spares
+        };
+        if let Some(physical) = spares.pop() {
             return Ok(physical);
         }
         let physical = os::create()?;
         self.calls.creates += 1;
         Ok(physical)
+    }
+
+    /// Maps a new (or spare) physical granule at `addr`: host memory with
+    /// `host`.
+    fn map_new(&mut self, addr: u64, host: bool) -> Result<(), BackingError> {
+        if !self.inside(addr) || self.mapped.contains_key(&addr) {
+            return Err(BackingError::BadRequest(format!("map {addr:#x}")));
+        }
+        let physical = self.new_granule(host)?;
+        // SAFETY: `addr` is a granule of our reservation that is not mapped.
+        if let Err(e) = unsafe { os::map(addr, &physical) } {
+            if host {
+                self.host_spares.push(physical);
+            } else {
+                self.spares.push(physical);
+            }
+            return Err(e);
+        }
+        self.mapped.insert(addr, physical);
+        if host {
+            self.host.insert(addr);
+            self.calls.host_maps += 1;
+        }
+        self.calls.maps += 1;
+        Ok(())
     }
 
     fn inside(&self, addr: u64) -> bool {
@@ -78,17 +119,14 @@ impl Backing for HostEmulated {
     }
 
     fn map(&mut self, addr: u64) -> Result<(), BackingError> {
-        if !self.inside(addr) || self.mapped.contains_key(&addr) {
-            return Err(BackingError::BadRequest(format!("map {addr:#x}")));
-        }
-        let physical = self.new_granule()?;
-        // SAFETY: `addr` is a granule of our reservation that is not mapped.
-        if let Err(e) = unsafe { os::map(addr, &physical) } {
-            self.spares.push(physical);
-            return Err(e);
-        }
-        self.mapped.insert(addr, physical);
-        self.calls.maps += 1;
+        self.map_new(addr, false)
+    }
+
+    fn map_host(&mut self, addr: u64) -> Result<(), BackingError> {
+        self.map_new(addr, true)
+    }
+
+    fn probe_host(&mut self) -> Result<(), BackingError> {
         Ok(())
     }
 
@@ -106,7 +144,11 @@ impl Backing for HostEmulated {
         };
         // SAFETY: `addr` is a granule of our reservation that we mapped.
         let result = unsafe { os::unmap(addr) };
-        self.spares.push(physical);
+        if self.host.remove(&addr) {
+            self.host_spares.push(physical);
+        } else {
+            self.spares.push(physical);
+        }
         result?;
         self.calls.unmaps += 1;
         Ok(())
@@ -125,6 +167,9 @@ impl Backing for HostEmulated {
             return Err(e);
         }
         self.mapped.insert(to, physical);
+        if self.host.remove(&from) {
+            self.host.insert(to);
+        }
         self.aliases.insert(from);
         self.calls.remaps += 1;
         Ok(())
@@ -138,14 +183,18 @@ impl Backing for HostEmulated {
             return Err(BackingError::BadRequest(format!("adopt from {owner:#x}")));
         };
         self.mapped.insert(alias, physical);
+        if self.host.remove(&owner) {
+            self.host.insert(alias);
+        }
         self.aliases.remove(&alias);
         self.aliases.insert(owner);
         Ok(())
     }
 
     fn release_spares(&mut self) -> Result<u64, BackingError> {
-        let n = self.spares.len() as u64;
+        let n = (self.spares.len() + self.host_spares.len()) as u64;
         self.spares.clear();
+        self.host_spares.clear();
         self.calls.releases += n;
         Ok(n)
     }

@@ -9,9 +9,22 @@
 //!   Backing (trait) ── only what talks to the driver or the kernel:
 //!     ├── CudaVmm      cuMemAddressReserve / cuMemCreate / cuMemMap /
 //!     │                cuMemSetAccess / cuMemUnmap / cuMemRelease
+//!     │                (spill: cuMemCreate at a host location)
 //!     └── HostEmulated mmap(PROT_NONE) reservation, a memfd per physical
 //!                      granule mapped with MAP_FIXED — the simulator's GPU
 //! ```
+//!
+//! # Spill
+//! With `RegionConfig::spill`, a granule the device's memory has no room
+//! for (the limit, the headroom, or the driver refusing device memory) is
+//! backed by pinned host memory mapped at the same place in the region
+//! (`Backing::map_host`): the device reads and writes it over the bus,
+//! slower, instead of getting null. Spilled bytes are counted apart from
+//! device memory (the limit holds device memory only); a spill is refused
+//! when it would leave the host less free memory than
+//! `max(4 GiB, a tenth of its memory)`
+//! ([`spill_floor`]). A spilled granule, once free, is reused like any
+//! free granule until `trim`, which gives spilled granules back first.
 //!
 //! Memory moves in granules of [`GRANULE`] bytes (2 MiB, the allocator's slab
 //! size). A physical granule that is unmapped goes to a spare list and may be
@@ -66,6 +79,40 @@ pub enum BackingError {
     BadRequest(String),
 }
 
+/// The host's memory, for the spill check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostMemory {
+    /// Bytes available to new allocations (Linux: `MemAvailable`).
+    pub available: u64,
+    /// Bytes of memory in all (`MemTotal`).
+    pub total: u64,
+}
+
+/// The host memory a spill must leave free: a tenth of the host's memory,
+/// at least 4 GiB.
+pub fn spill_floor(host: HostMemory) -> u64 {
+    (host.total / 10).max(4 << 30)
+}
+
+impl HostMemory {
+    /// This machine's, from `/proc/meminfo` (`None` where it cannot be
+    /// read: a spill is then refused).
+    pub fn of_this_machine() -> Option<HostMemory> {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.trim().strip_suffix("kB"))
+                .and_then(|kib| kib.trim().parse::<u64>().ok())
+                .map(|kib| kib << 10)
+        };
+        Some(HostMemory {
+            available: field("MemAvailable:")?,
+            total: field("MemTotal:")?,
+        })
+    }
+}
+
 /// Driver (or kernel) calls a backing has made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DriverCalls {
@@ -79,6 +126,9 @@ pub struct DriverCalls {
     pub releases: u64,
     /// Physical granules mapped at a second address (`Backing::remap`).
     pub remaps: u64,
+    /// Granules mapped with host memory (`Backing::map_host`; counted in
+    /// `maps` too).
+    pub host_maps: u64,
 }
 
 /// The driver-facing half of a region: address space and physical granules.
@@ -91,6 +141,33 @@ pub trait Backing: Send {
     /// physical granule (a spare one if any), readable and writable by the
     /// device.
     fn map(&mut self, addr: u64) -> Result<(), BackingError>;
+
+    /// Backs the granule at `addr` (inside the reservation, unmapped) with
+    /// a physical granule of pinned host memory (a spare host one if any),
+    /// readable and writable by the device: a spill. Its physical granule
+    /// stays host memory through `remap` and `adopt`, and becomes a spare
+    /// host granule when unmapped (never device memory). Default: not
+    /// supported.
+    fn map_host(&mut self, addr: u64) -> Result<(), BackingError> {
+        Err(BackingError::Unsupported(format!(
+            "this backing cannot map host memory (at {addr:#x})"
+        )))
+    }
+
+    /// Whether the backing can map host memory (`map_host`): `Ok`, or why
+    /// not. Called once, before any spill (a heap that spills calls it at
+    /// attach). Default: not supported.
+    fn probe_host(&mut self) -> Result<(), BackingError> {
+        Err(BackingError::Unsupported(
+            "this backing cannot map host memory".into(),
+        ))
+    }
+
+    /// The host's memory now, for the spill check (default: this
+    /// machine's).
+    fn host_memory(&self) -> Option<HostMemory> {
+        HostMemory::of_this_machine()
+    }
 
     /// Unmaps the granule at `addr`. Its physical granule becomes a spare,
     /// unless `addr` was left behind by a [`Backing::remap`] (the physical
@@ -133,6 +210,15 @@ impl<B: Backing + ?Sized> Backing for Box<B> {
     }
     fn map(&mut self, addr: u64) -> Result<(), BackingError> {
         (**self).map(addr)
+    }
+    fn map_host(&mut self, addr: u64) -> Result<(), BackingError> {
+        (**self).map_host(addr)
+    }
+    fn probe_host(&mut self) -> Result<(), BackingError> {
+        (**self).probe_host()
+    }
+    fn host_memory(&self) -> Option<HostMemory> {
+        (**self).host_memory()
     }
     fn unmap(&mut self, addr: u64) -> Result<(), BackingError> {
         (**self).unmap(addr)

@@ -21,9 +21,15 @@
 //! granule costs address space only (the reservation is twice the
 //! device's memory by default), until the next `trim`.
 //!
+//! With `spill` (see the backing's docs), a granule that device memory has
+//! no room for is mapped with host memory instead, and marked `spilled`
+//! (the mark moves with its physical memory, as `Retired` addresses do).
+//!
 //! Invariants (checked by the tests' model):
-//! `mapped_bytes = GRANULE · |Used ∪ Free|` (physical memory: a `Retired`
-//! granule's is counted where it moved), `in_use_bytes = GRANULE · |Used|`,
+//! `mapped_bytes = GRANULE · |(Used ∪ Free) ∖ spilled|` (device memory: a
+//! `Retired` granule's is counted where it moved),
+//! `spilled_bytes = GRANULE · |(Used ∪ Free) ∩ spilled|`,
+//! `in_use_bytes = GRANULE · |Used|`,
 //! every `Used` granule belongs to exactly one run in `runs`, runs never overlap,
 //! every `Free` granule is in `free_granules`, and
 //! `retired_granules = |Retired|`.
@@ -44,6 +50,9 @@ pub struct RegionConfig {
     pub limit: Option<u64>,
     /// Device memory to leave free, checked before mapping.
     pub headroom: u64,
+    /// Map host memory where the device's is refused (see the backing's
+    /// docs).
+    pub spill: bool,
 }
 
 /// Why a request was refused (each maps to a wire status code).
@@ -118,15 +127,22 @@ impl Refusal {
 /// What a region has done.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RegionStats {
-    /// Bytes mapped now (in use or free).
+    /// Bytes of device memory mapped now (in use or free).
     pub mapped_bytes: u64,
     /// The most ever mapped.
     pub peak_mapped_bytes: u64,
+    /// Bytes of host memory mapped now in place of device memory (spill).
+    pub spilled_bytes: u64,
+    /// The most ever spilled.
+    pub peak_spilled_bytes: u64,
+    /// Spills refused because the host would have kept less free memory
+    /// than `spill_floor` (the request then got the device's refusal).
+    pub spills_refused: u64,
     /// Bytes handed out now.
     pub in_use_bytes: u64,
     /// The most ever handed out.
     pub peak_in_use_bytes: u64,
-    /// Granules mapped now.
+    /// Granules mapped now (device and host memory).
     pub granules_mapped: u64,
     /// Mapped granules free for reuse now.
     pub free_mapped_granules: u64,
@@ -178,8 +194,11 @@ pub struct Region<B: Backing> {
     owner_of: HashMap<usize, usize>,
     /// A granule → the `Retired` granules mapped to its physical memory.
     aliases: HashMap<usize, Vec<usize>>,
+    /// Granules whose physical memory is host memory (spilled).
+    spilled: BTreeSet<usize>,
     limit: u64,
     headroom: u64,
+    spill: bool,
     fail_every: u64,
     map_attempts: u64,
     stats: RegionStats,
@@ -203,8 +222,10 @@ impl<B: Backing> Region<B> {
             free_granules: BTreeSet::new(),
             owner_of: HashMap::new(),
             aliases: HashMap::new(),
+            spilled: BTreeSet::new(),
             limit: config.limit.unwrap_or(u64::MAX),
             headroom: config.headroom,
+            spill: config.spill,
             fail_every: 0,
             map_attempts: 0,
             stats: RegionStats::default(),
@@ -246,6 +267,20 @@ impl<B: Backing> Region<B> {
     /// The backing.
     pub fn backing(&self) -> &B {
         &self.backing
+    }
+
+    /// The backing, to change (a probe before the region is used, say).
+    pub fn backing_mut(&mut self) -> &mut B {
+        &mut self.backing
+    }
+
+    /// The addresses of the granules in use whose memory is the host's
+    /// (spilled), in address order.
+    pub fn spilled_in_use(&self) -> impl Iterator<Item = u64> + '_ {
+        self.spilled
+            .iter()
+            .filter(|&&g| self.states[g] == State::Used)
+            .map(|&g| self.addr(g))
     }
 
     /// Makes every `n`-th mapping attempt fail (0: none), for fault
@@ -368,6 +403,9 @@ impl<B: Backing> Region<B> {
         }
         self.owner_of.remove(&retired);
         self.aliases.insert(retired, group);
+        if self.spilled.remove(&owner) {
+            self.spilled.insert(retired);
+        }
         self.states[owner] = State::Retired;
         self.free_granules.remove(&owner);
         self.states[retired] = State::Free;
@@ -385,6 +423,9 @@ impl<B: Backing> Region<B> {
             self.owner_of.insert(g, to);
         }
         self.aliases.insert(to, group);
+        if self.spilled.remove(&from) {
+            self.spilled.insert(to);
+        }
         self.states[from] = State::Retired;
         self.free_granules.remove(&from);
         self.states[to] = State::Free;
@@ -411,10 +452,21 @@ impl<B: Backing> Region<B> {
         Ok(())
     }
 
+    /// Whether `bytes` of host memory may be spilled: the host keeps at
+    /// least `spill_floor` free after it.
+    fn host_room_for(&self, bytes: u64) -> bool {
+        self.backing
+            .host_memory()
+            .is_some_and(|host| host.available >= bytes.saturating_add(super::spill_floor(host)))
+    }
+
     /// A run of `bytes` (a positive multiple of [`GRANULE`]) aligned to `align`
     /// (a power of two; at least [`GRANULE`] is used), mapping what is not
     /// mapped yet; its address, or why not. Granules mapped before a refusal
-    /// stay mapped and free.
+    /// stay mapped and free. With `spill`, what device memory has no room
+    /// for (its limit or headroom refused, or the driver) is mapped with
+    /// host memory, if the host has room (`spill_floor`); else the device's
+    /// refusal stands.
     pub fn allocate(&mut self, bytes: u64, align: u64) -> Result<u64, Refusal> {
         if bytes == 0 || !bytes.is_multiple_of(GRANULE) || !align.is_power_of_two() {
             return Err(self.refuse(Refusal::BadRequest));
@@ -441,10 +493,19 @@ impl<B: Backing> Region<B> {
             .count();
         let movable = self.free_granules.len() - in_run;
         let mut fresh = to_map.len();
+        // Map host memory for the granules created (a spill).
+        let mut spill = false;
         if let Err(why) = self.room_for(fresh as u64 * GRANULE) {
             fresh = to_map.len().saturating_sub(movable);
             if self.room_for(fresh as u64 * GRANULE).is_err() {
-                return Err(self.refuse(why));
+                if !self.spill {
+                    return Err(self.refuse(why));
+                }
+                if !self.host_room_for(fresh as u64 * GRANULE) {
+                    self.stats.spills_refused += 1;
+                    return Err(self.refuse(why));
+                }
+                spill = true;
             }
         }
         let (moved, created) = to_map.split_at(to_map.len() - fresh);
@@ -477,17 +538,42 @@ impl<B: Backing> Region<B> {
             if self.fail_every != 0 && self.map_attempts.is_multiple_of(self.fail_every) {
                 return Err(self.refuse(Refusal::InjectedFault));
             }
-            if let Err(e) = self.backing.map(self.addr(i)) {
+            let addr = self.addr(i);
+            let mapped = if spill {
+                self.backing.map_host(addr)
+            } else {
+                // A driver refusing device memory is spilled too, granule
+                // by granule.
+                self.backing.map(addr).or_else(|e| {
+                    if !self.spill {
+                        return Err(e);
+                    }
+                    if !self.host_room_for(GRANULE) {
+                        self.stats.spills_refused += 1;
+                        return Err(e);
+                    }
+                    spill = true;
+                    self.backing.map_host(addr)
+                })
+            };
+            if let Err(e) = mapped {
                 self.last_driver_error = Some(e.to_string());
                 return Err(self.refuse(Refusal::Driver));
             }
             self.states[i] = State::Free;
             self.free_granules.insert(i);
-            self.stats.mapped_bytes += GRANULE;
             self.stats.granules_mapped += 1;
             self.stats.free_mapped_granules += 1;
-            self.stats.peak_mapped_bytes =
-                self.stats.peak_mapped_bytes.max(self.stats.mapped_bytes);
+            if spill {
+                self.spilled.insert(i);
+                self.stats.spilled_bytes += GRANULE;
+                self.stats.peak_spilled_bytes =
+                    self.stats.peak_spilled_bytes.max(self.stats.spilled_bytes);
+            } else {
+                self.stats.mapped_bytes += GRANULE;
+                self.stats.peak_mapped_bytes =
+                    self.stats.peak_mapped_bytes.max(self.stats.mapped_bytes);
+            }
         }
         for i in start..start + n {
             self.states[i] = State::Used;
@@ -531,6 +617,7 @@ impl<B: Backing> Region<B> {
     /// what is mapped and handed out now (the next peaks are a phase's).
     pub fn reset_peaks(&mut self) {
         self.stats.peak_mapped_bytes = self.stats.mapped_bytes;
+        self.stats.peak_spilled_bytes = self.stats.spilled_bytes;
         self.stats.peak_in_use_bytes = self.stats.in_use_bytes;
     }
 
@@ -556,13 +643,22 @@ impl<B: Backing> Region<B> {
             }
             self.stats.retired_granules -= 1;
         }
-        let free: Vec<usize> = self.free_granules.iter().copied().collect();
+        // Spilled granules first: host memory is the first to give back.
+        let (spilled, device): (Vec<usize>, Vec<usize>) = self
+            .free_granules
+            .iter()
+            .copied()
+            .partition(|g| self.spilled.contains(g));
         let mut released = 0;
-        for i in free {
+        for i in spilled.into_iter().chain(device) {
             self.backing.unmap(self.addr(i))?;
             self.states[i] = State::Unmapped;
             self.free_granules.remove(&i);
-            self.stats.mapped_bytes -= GRANULE;
+            if self.spilled.remove(&i) {
+                self.stats.spilled_bytes -= GRANULE;
+            } else {
+                self.stats.mapped_bytes -= GRANULE;
+            }
             self.stats.granules_mapped -= 1;
             self.stats.free_mapped_granules -= 1;
             released += GRANULE;

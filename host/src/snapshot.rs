@@ -1,0 +1,341 @@
+//! Snapshots of a heap at the edge of memory: what each size class held at
+//! a phase's peak of mapped memory and at its first out-of-memory null, and
+//! why the memory ran out — a table a user can act on.
+//!
+//! ```text
+//!   phase "setup" ───────────── mark_phase("solve") ── phase "solve" ── …
+//!      launches … the host refuses a slab (server thread: the refusal,
+//!                 │                what it needed, what was mapped)
+//!                 ▼
+//!      the first null of the phase ─► at the host's next read of the heap
+//!                                     (after the launch, `stats`,
+//!                                     `snapshots`, `mark_phase`, `trim`):
+//!                                     the FirstOutOfMemory snapshot, kept
+//!      a new peak of mapped memory  ─► at the next read: the Peak snapshot,
+//!                                     replaced while the peak grows
+//! ```
+//!
+//! Nothing is taken on the device's hot path: the device only counts nulls
+//! (per class, on the null path) and the host reads the heap when no kernel
+//! runs. So a snapshot's per-class figures are those of the first read
+//! after its moment: [`Heap::launch`](crate::Heap::launch) reads after each
+//! launch that had a null, and a program that launches on its own streams
+//! gets the state at its next `stats`, `snapshots`, `mark_phase` or `trim`
+//! (call one after the launch you want to see). The refusal — its reason,
+//! the bytes asked for and what was mapped then — is recorded by the RPC
+//! server at the moment it refuses. Slabs stay with their class until
+//! `trim` (`trim` reads the heap first), so slabs per class at a read are
+//! the phase's most unless memory ran short and a class took another's
+//! empty slab over.
+
+use warpalloc_device::ClassCounts;
+use warpalloc_device::heap::{Census, ClassCensus};
+use warpalloc_device::size_class::{CLASS_COUNT, SLAB_SIZE, geometry};
+
+use crate::backing::{Refusal, RegionStats};
+use crate::heap::{Shortfall, bytes};
+
+/// When in a phase a snapshot was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moment {
+    /// At the phase's peak of mapped memory (the most recent read after
+    /// the peak last grew).
+    Peak,
+    /// At the phase's first out-of-memory null (the first read after it).
+    FirstOutOfMemory,
+}
+
+/// A size class in a snapshot.
+///
+/// `blocks_in_use ≤ usable_blocks`, `empty_slabs ≤ slabs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassSnapshot {
+    /// The class's block size, in bytes.
+    pub block: u32,
+    /// Slabs the class holds (2 MiB each), empty ones included.
+    pub slabs: u32,
+    /// Of those, slabs with no live block.
+    pub empty_slabs: u32,
+    /// Blocks allocated.
+    pub blocks_in_use: u64,
+    /// Blocks the class's slabs hold: `slabs × usable blocks a slab`.
+    pub usable_blocks: u64,
+    /// Lanes of the phase whose malloc of the class got null.
+    pub nulls: u32,
+}
+
+impl ClassSnapshot {
+    /// Bytes of blocks allocated (block sizes: the sizes asked for are not
+    /// kept).
+    pub fn bytes_in_use(&self) -> u64 {
+        self.blocks_in_use * u64::from(self.block)
+    }
+
+    /// Bytes of the class's slabs.
+    pub fn bytes_mapped(&self) -> u64 {
+        u64::from(self.slabs) * SLAB_SIZE
+    }
+
+    /// Blocks in use per usable block, in percent (0 with no slab).
+    pub fn percent_full(&self) -> f64 {
+        if self.usable_blocks == 0 {
+            0.0
+        } else {
+            100.0 * self.blocks_in_use as f64 / self.usable_blocks as f64
+        }
+    }
+}
+
+/// Large blocks (≥ 1 MiB, whole granules) of one size in a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LargeBlocks {
+    /// Their size, in bytes (granules).
+    pub bytes: u64,
+    /// How many are allocated.
+    pub count: u64,
+}
+
+/// A refusal of the host's, recorded by the RPC server when it refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusalRecord {
+    /// Why.
+    pub reason: Refusal,
+    /// What the request needed, in bytes (a slab is 2 MiB).
+    pub bytes: u64,
+    /// Device memory the heap had mapped then.
+    pub mapped_bytes: u64,
+    /// The heap's limit (`HeapConfig::limit`).
+    pub limit: Option<u64>,
+    /// The heap's headroom (`HeapConfig::headroom`).
+    pub headroom: u64,
+    /// The driver's message, for a driver error.
+    pub driver_error: Option<String>,
+}
+
+impl RefusalRecord {
+    /// What to do about it, in words.
+    pub fn fix(&self) -> String {
+        match self.reason {
+            Refusal::Limit => format!(
+                "the heap's limit ({}) was reached with {} mapped; raise `HeapConfig::limit`, \
+                 free earlier, or turn on `HeapConfig::spill`",
+                self.limit.map_or_else(|| "none".into(), bytes),
+                bytes(self.mapped_bytes)
+            ),
+            Refusal::Headroom => format!(
+                "the device would have kept less than the headroom ({}) free, with {} mapped by \
+                 the heap; lower `HeapConfig::headroom`, free device memory elsewhere, or turn \
+                 on `HeapConfig::spill`",
+                bytes(self.headroom),
+                bytes(self.mapped_bytes)
+            ),
+            Refusal::NoAddressSpace => {
+                "the heap's reserved address space had no room left for it; raise \
+                 `HeapConfig::reserve` (or `trim` between launches: moved granules keep their \
+                 old addresses until then)"
+                    .into()
+            }
+            Refusal::Driver => format!(
+                "the driver could not map memory ({}); the device is likely full: free device \
+                 memory elsewhere or turn on `HeapConfig::spill`",
+                self.driver_error.as_deref().unwrap_or("no message")
+            ),
+            Refusal::InjectedFault => "a fault injected on purpose (`Heap::fail_every`)".into(),
+            Refusal::BadRequest => "a malformed request (a bug: please report it)".into(),
+        }
+    }
+}
+
+/// What a heap held at one moment of a phase (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    /// The phase's name (`Heap::mark_phase`; the first is "start").
+    pub phase: String,
+    /// When.
+    pub moment: Moment,
+    /// The classes that hold a slab or had a null, smallest block first.
+    pub classes: Vec<ClassSnapshot>,
+    /// Large blocks allocated, by size, largest first.
+    pub large: Vec<LargeBlocks>,
+    /// Slabs in the pool (pool mode), none held by a class.
+    pub pool_slabs: u64,
+    /// The pool's size in pool mode (`None` in RPC mode).
+    pub pool: Option<u32>,
+    /// Device memory the heap had mapped.
+    pub mapped_bytes: u64,
+    /// Of the mapped memory (device and spilled), the granules free for
+    /// reuse: no slab or large block holds them.
+    pub free_mapped_bytes: u64,
+    /// The phase's most device memory mapped so far.
+    pub peak_mapped_bytes: u64,
+    /// Host memory the heap had mapped in place of device memory
+    /// (`HeapConfig::spill`).
+    pub spilled_bytes: u64,
+    /// Out-of-memory nulls in the phase so far (small and large).
+    pub out_of_memory: u64,
+    /// The phase's first refusal by the host, if one came.
+    pub refusal: Option<RefusalRecord>,
+}
+
+/// What a snapshot is made of: one read of the heap.
+pub(crate) struct Reading<'a> {
+    pub phase: &'a str,
+    pub classes: &'a [ClassCensus; CLASS_COUNT],
+    /// The device's nulls per class, since the phase began.
+    pub nulls: &'a [u32; CLASS_COUNT],
+    pub large: &'a [u64],
+    pub census: &'a Census,
+    pub pool: Option<u32>,
+    pub region: &'a RegionStats,
+    pub out_of_memory: u64,
+    pub refusal: Option<RefusalRecord>,
+}
+
+impl Snapshot {
+    pub(crate) fn take(moment: Moment, r: &Reading<'_>) -> Snapshot {
+        let classes = (0..CLASS_COUNT)
+            .filter(|&c| r.classes[c].slabs != 0 || r.nulls[c] != 0)
+            .map(|c| {
+                let (k, geo) = (&r.classes[c], geometry(c));
+                ClassSnapshot {
+                    block: geo.block,
+                    slabs: k.slabs,
+                    empty_slabs: k.empty_slabs,
+                    blocks_in_use: k.live_blocks,
+                    usable_blocks: u64::from(k.slabs) * u64::from(geo.usable),
+                    nulls: r.nulls[c],
+                }
+            })
+            .collect();
+        let mut large: Vec<LargeBlocks> = Vec::new();
+        let mut sizes = r.large.to_vec();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        for size in sizes {
+            match large.last_mut() {
+                Some(l) if l.bytes == size => l.count += 1,
+                _ => large.push(LargeBlocks {
+                    bytes: size,
+                    count: 1,
+                }),
+            }
+        }
+        Snapshot {
+            phase: r.phase.to_string(),
+            moment,
+            classes,
+            large,
+            pool_slabs: r.census.pool_slabs,
+            pool: r.pool,
+            mapped_bytes: r.region.mapped_bytes,
+            free_mapped_bytes: r.region.free_mapped_granules * SLAB_SIZE,
+            peak_mapped_bytes: r.region.peak_mapped_bytes,
+            spilled_bytes: r.region.spilled_bytes,
+            out_of_memory: r.out_of_memory,
+            refusal: r.refusal.clone(),
+        }
+    }
+
+    /// The classes whose mallocs got null, with the slabs they lacked
+    /// (largest first), as [`HeapStats::pool_shortfall`](crate::HeapStats::pool_shortfall).
+    pub fn shortfall(&self) -> Vec<Shortfall> {
+        let mut nulls = ClassCounts::default();
+        for k in &self.classes {
+            nulls.nulls[warpalloc_device::size_class::class_index(k.block)] = k.nulls;
+        }
+        crate::heap::shortfall(&nulls)
+    }
+
+    /// What ran out and what to do, in one sentence.
+    pub fn advice(&self) -> Option<String> {
+        if self.out_of_memory == 0 {
+            return None;
+        }
+        if let Some(r) = &self.refusal {
+            return Some(format!(
+                "the host refused {}: {}",
+                if r.bytes == SLAB_SIZE {
+                    "a slab (2.0 MiB)".to_string()
+                } else {
+                    format!("a block of {}", bytes(r.bytes))
+                },
+                r.fix()
+            ));
+        }
+        if let Some(pool) = self.pool {
+            let more: u32 = self.shortfall().iter().map(|s| s.slabs).sum();
+            return Some(format!(
+                "the pool ({pool} slabs) ran dry; raise it to {} slabs or use `Mode::Rpc`",
+                pool + more
+            ));
+        }
+        Some(
+            "no refusal came in this phase: the heap was out of memory since an earlier \
+             refusal (memory coming back, `trim` or `forget_refusal` ends it)"
+                .into(),
+        )
+    }
+}
+
+/// A table a person can read: the classes, the large blocks, what ran out
+/// and what to do.
+impl std::fmt::Display for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "phase \"{}\", {} (read when no kernel ran): {} mapped (peak {}, {} of it free){}, \
+             {} out-of-memory nulls",
+            self.phase,
+            match self.moment {
+                Moment::Peak => "at its peak of mapped memory",
+                Moment::FirstOutOfMemory => "at its first out-of-memory null",
+            },
+            bytes(self.mapped_bytes),
+            bytes(self.peak_mapped_bytes),
+            bytes(self.free_mapped_bytes),
+            if self.spilled_bytes != 0 {
+                format!(", {} spilled to host memory", bytes(self.spilled_bytes))
+            } else {
+                String::new()
+            },
+            self.out_of_memory
+        )?;
+        for k in &self.classes {
+            if k.slabs == 0 {
+                writeln!(
+                    f,
+                    "  class {:>9}: no slab; {} nulls",
+                    bytes(u64::from(k.block)),
+                    k.nulls
+                )?;
+                continue;
+            }
+            writeln!(
+                f,
+                "  class {:>9}: {} slab{} ({}), {:.0} % full, {} empty; {} in use; {} nulls",
+                bytes(u64::from(k.block)),
+                k.slabs,
+                if k.slabs == 1 { "" } else { "s" },
+                bytes(k.bytes_mapped()),
+                k.percent_full(),
+                k.empty_slabs,
+                bytes(k.bytes_in_use()),
+                k.nulls
+            )?;
+        }
+        if !self.large.is_empty() {
+            let sizes: Vec<String> = self
+                .large
+                .iter()
+                .map(|l| format!("{} × {}", l.count, bytes(l.bytes)))
+                .collect();
+            writeln!(f, "  large blocks: {}", sizes.join(", "))?;
+        }
+        if self.pool.is_some() {
+            writeln!(f, "  pool: {} slabs left", self.pool_slabs)?;
+        }
+        if let Some(advice) = self.advice() {
+            writeln!(f, "  {advice}")?;
+        }
+        Ok(())
+    }
+}
