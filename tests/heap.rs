@@ -523,9 +523,11 @@ fn hold_then_free(heap: &mut Heap, size: u32, threads: u32) -> usize {
 
 /// A run in RPC mode profiles what it needed (slabs per class, large
 /// bytes; serialisable), and a pool sized from that profile serves the same
-/// run with no RPC for a slab and no null.
+/// run with no RPC for a slab and no null. The README's "Sizing a pool from
+/// a run" snippet is an excerpt of this test (`tests/readme.rs`).
 #[test]
-fn a_pool_sized_from_a_profile_needs_no_rpc() {
+fn a_pool_sized_from_a_profile_needs_no_rpc() -> Result<(), Box<dyn std::error::Error>> {
+    use warpalloc::HeapProfile;
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     let workload = |heap: &mut Heap| {
         [(64, 2048), (8192, 1024)]
@@ -535,7 +537,8 @@ fn a_pool_sized_from_a_profile_needs_no_rpc() {
     };
     let mut heap = heap_with(HeapConfig::default());
     assert_eq!(workload(&mut heap), 0);
-    let profile = heap.profile().expect("profile");
+    let profile = heap.profile()?; // before any `trim`
+    let text = serde_json::to_string(&profile)?; // kept for the next run
     let slabs_of = |block: u32| {
         profile
             .classes
@@ -553,15 +556,13 @@ fn a_pool_sized_from_a_profile_needs_no_rpc() {
         heap.stats().unwrap().rpc.allocs,
         "one slab a class holds per RPC: {profile:?}"
     );
-    // Kept from one run for the next.
-    let text = serde_json::to_string(&profile).expect("serialise");
-    let back: warpalloc::HeapProfile = serde_json::from_str(&text).expect("deserialise");
-    assert_eq!(back, profile);
     assert_empty(&mut heap, "profiled run");
     drop(heap);
+    let slabs = profile.slabs();
 
-    let config = HeapConfig::pool_from(&back);
-    assert!(matches!(config.mode, Mode::Pool { slabs } if slabs == profile.slabs()));
+    let profile: HeapProfile = serde_json::from_str(&text)?;
+    let config = HeapConfig::pool_from(&profile);
+    assert!(matches!(config.mode, Mode::Pool { slabs: s } if s == slabs));
     let mut pooled = heap_with(config);
     assert_eq!(workload(&mut pooled), 0, "the pool ran dry");
     let st = pooled.stats().unwrap();
@@ -571,6 +572,7 @@ fn a_pool_sized_from_a_profile_needs_no_rpc() {
     );
     assert!(st.pool_shortfall().is_empty(), "{st}");
     assert_empty(&mut pooled, "pool from the profile");
+    Ok(())
 }
 
 /// A pool too small for a run: mallocs get null, and the heap's report

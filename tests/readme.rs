@@ -136,19 +136,16 @@ fn the_xtask_alias_shows_its_build() {
     );
 }
 
-/// The README's "Memory pressure" code is code that runs: each of its Rust
-/// snippets is an excerpt of `the_readme_memory_pressure_code_runs` in
-/// `tests/heap.rs` (indentation aside), chunk by chunk and in order.
-#[test]
-fn the_memory_pressure_snippets_are_a_test_s_code() {
+/// Each Rust snippet of the README's section `heading` is an excerpt of
+/// the test `test` in `tests/heap.rs` (indentation aside), chunk by chunk
+/// (`// …` between chunks) and in order: code that runs.
+fn assert_snippets_in_test(heading: &str, test: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let blocks = rust_blocks(&readme, "### Memory pressure");
+    let blocks = rust_blocks(&readme, heading);
     assert!(!blocks.is_empty(), "the section's snippets");
     let text = std::fs::read_to_string(root.join("tests/heap.rs")).expect("tests/heap.rs");
-    let start = text
-        .find("fn the_readme_memory_pressure_code_runs")
-        .expect("the test");
+    let start = text.find(&format!("fn {test}(")).expect("the test");
     let body: Vec<String> = text[start..]
         .lines()
         .take_while(|l| *l != "}")
@@ -166,10 +163,30 @@ fn the_memory_pressure_snippets_are_a_test_s_code() {
             match find(&body, &chunk, at) {
                 Some(i) => at = i + chunk.len(),
                 None => panic!(
-                    "this chunk of \"Memory pressure\" is not, line for line and in order, in \
-                     tests/heap.rs's the_readme_memory_pressure_code_runs:\n{chunk:#?}"
+                    "this chunk of {heading:?} is not, line for line and in order, in \
+                     tests/heap.rs's {test}:\n{chunk:#?}"
                 ),
             }
         }
     }
+}
+
+/// The README's "Memory pressure" code runs: it is
+/// `the_readme_memory_pressure_code_runs`'s.
+#[test]
+fn the_memory_pressure_snippets_are_a_test_s_code() {
+    assert_snippets_in_test(
+        "### Memory pressure",
+        "the_readme_memory_pressure_code_runs",
+    );
+}
+
+/// The README's "Sizing a pool from a run" code runs: it is
+/// `a_pool_sized_from_a_profile_needs_no_rpc`'s.
+#[test]
+fn the_pool_sizing_snippet_is_a_test_s_code() {
+    assert_snippets_in_test(
+        "### Sizing a pool from a run",
+        "a_pool_sized_from_a_profile_needs_no_rpc",
+    );
 }
