@@ -346,7 +346,7 @@ fn a_module_built_with_another_heap_layout_is_refused() {
 #[test]
 fn a_config_out_of_range_is_refused_with_its_range() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let cases: [(HeapConfig, &str); 9] = [
+    let cases: [(HeapConfig, &str); 10] = [
         (
             HeapConfig {
                 streams: Some(3),
@@ -410,6 +410,13 @@ fn a_config_out_of_range_is_refused_with_its_range() {
                 ..HeapConfig::default()
             },
             "a pool of 9 slabs needs",
+        ),
+        (
+            HeapConfig {
+                pool_fallback: true,
+                ..HeapConfig::default()
+            },
+            "pool_fallback is for Mode::Pool",
         ),
     ];
     for (config, said) in cases {
@@ -609,6 +616,33 @@ fn a_dry_pool_names_its_class_and_shortfall() {
             .is_empty()
     );
     assert_empty(&mut heap, "dry pool");
+}
+
+/// A pool with fallback (`HeapConfig::pool_fallback`) that runs dry asks
+/// the host for the rest, as RPC mode does: no null; a pool without it
+/// answers null (`a_dry_pool_names_its_class_and_shortfall`).
+#[test]
+fn a_dry_pool_with_fallback_asks_the_host() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut heap = heap_with(HeapConfig {
+        mode: Mode::Pool { slabs: 2 },
+        pool_fallback: true,
+        ..HeapConfig::default()
+    });
+    // 1 024 lanes of 8 KiB: five slabs of 255, two in the pool.
+    let nulls = hold_then_free(&mut heap, 8192, 1024);
+    assert_eq!(nulls, 0);
+    let st = heap.stats().unwrap();
+    assert!(st.rpc.allocs >= 3, "the host served no slab: {st}");
+    assert_eq!(st.live.pool_slabs, 0, "{st}");
+    assert!(st.pool_shortfall().is_empty(), "{st}");
+    assert!(
+        heap.snapshots()
+            .unwrap()
+            .iter()
+            .all(|s| s.out_of_memory == 0)
+    );
+    assert_empty(&mut heap, "pool with fallback");
 }
 
 /// Under a limit, the heap's first out-of-memory snapshot is taken right

@@ -81,6 +81,9 @@ pub enum ProviderKind {
     /// on the device, no RPC on the slab path); large blocks still from the
     /// RPC server.
     Pool = 3,
+    /// The pool first, and the RPC server's slabs once it is dry
+    /// (`HeapConfig::pool_fallback`): no null while the host has memory.
+    PoolThenRpc = 4,
 }
 
 impl ProviderKind {
@@ -89,6 +92,7 @@ impl ProviderKind {
         match raw {
             2 => ProviderKind::Rpc,
             3 => ProviderKind::Pool,
+            4 => ProviderKind::PoolThenRpc,
             _ => ProviderKind::Unbound,
         }
     }
@@ -554,7 +558,7 @@ pub struct Layout {
 /// Words of [`Layout::words`].
 pub const LAYOUT_WORDS: usize = 15;
 /// Word 0 of [`Layout::words`]: "WAHEAP" and a format number.
-pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0005;
+pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0006;
 
 impl Layout {
     /// The layout as the words of the `WARPALLOC_HEAP_LAYOUT` global:

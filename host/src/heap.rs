@@ -133,6 +133,11 @@ pub struct HeapConfig {
     /// with `HostError::SpillUnsupported` where the driver cannot map host
     /// memory so.
     pub spill: bool,
+    /// In pool mode, ask the host for a slab once the pool is dry (as RPC
+    /// mode does) instead of returning null (default off: a dry pool's
+    /// mallocs get null, and `HeapStats`'s report names the classes short).
+    /// Refused in RPC mode, which asks the host anyway.
+    pub pool_fallback: bool,
 }
 
 impl HeapConfig {
@@ -180,6 +185,13 @@ impl HeapConfig {
                  slab fits in less; None: no limit but the device's)"
             ));
         }
+        if self.pool_fallback && self.mode == Mode::Rpc {
+            return bad(
+                "pool_fallback is for Mode::Pool (a pool that asks the host once it is dry); \
+                 Mode::Rpc asks the host for every slab anyway"
+                    .into(),
+            );
+        }
         if let Mode::Pool { slabs } = self.mode {
             let room = self
                 .limit
@@ -208,6 +220,7 @@ impl Default for HeapConfig {
             ports: None,
             streams: None,
             spill: false,
+            pool_fallback: false,
         }
     }
 }
@@ -358,9 +371,23 @@ fn warn_if_not_warpalloc() {
     }
 }
 
-/// Bytes for people: B, KiB, MiB, GiB with one decimal.
-pub(crate) fn bytes(n: u64) -> String {
-    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+/// Bytes for people: B, then KiB, MiB, GiB or TiB with one decimal ("8.0
+/// MiB"): how every report of the heap's, and the `warpalloc` tool's
+/// tables, write sizes.
+///
+/// ```
+/// use warpalloc_host::heap::bytes;
+/// assert_eq!(bytes(1023), "1023 B");
+/// assert_eq!(bytes(8 << 20), "8.0 MiB");
+/// assert_eq!(bytes(3 << 39), "1.5 TiB");
+/// ```
+pub fn bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
     UNITS.iter().find(|&&(_, size)| n >= size).map_or_else(
         || format!("{n} B"),
         |&(unit, size)| format!("{:.1} {unit}", n as f64 / size as f64),
@@ -465,8 +492,8 @@ impl std::fmt::Display for HeapStats {
             write!(
                 f,
                 "\npool exhausted: {}; raise the pool to {} slabs (`Mode::Pool {{ slabs: {} }}`, or \
-                 `HeapConfig::pool_from(&heap.profile()?)` after a run in RPC mode) or use \
-                 `Mode::Rpc`",
+                 `HeapConfig::pool_from(&heap.profile()?)` after a run in RPC mode), let it ask \
+                 the host once dry (`HeapConfig::pool_fallback`), or use `Mode::Rpc`",
                 classes.join(", "),
                 pool + more,
                 pool + more
@@ -808,6 +835,7 @@ impl Heap {
             slot_count: config.slots,
             provider: match config.mode {
                 Mode::Rpc => ProviderKind::Rpc,
+                Mode::Pool { .. } if config.pool_fallback => ProviderKind::PoolThenRpc,
                 Mode::Pool { .. } => ProviderKind::Pool,
             } as u32,
             port_count: ports,

@@ -264,7 +264,8 @@ impl Snapshot {
         if let Some(pool) = self.pool {
             let more: u32 = self.shortfall().iter().map(|s| s.slabs).sum();
             return Some(format!(
-                "the pool ({pool} slabs) ran dry; raise it to {} slabs or use `Mode::Rpc`",
+                "the pool ({pool} slabs) ran dry; raise it to {} slabs, turn on \
+                 `HeapConfig::pool_fallback` or use `Mode::Rpc`",
                 pool + more
             ));
         }

@@ -147,21 +147,8 @@ pub fn heap_config(pool_slabs: Option<u32>, limit: Option<u64>, spill: bool) -> 
     }
 }
 
-/// Bytes in binary units, for tables.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+/// Bytes in binary units, for tables: the heap's own format.
+pub use warpalloc_host::heap::bytes;
 
 /// A rate with an SI prefix.
 pub fn rate(per_second: f64) -> String {

@@ -401,7 +401,7 @@ impl DeviceHeap {
     /// System memory: `bytes` aligned to `align`, or 0. One lane calls it.
     fn system_allocate(&self, bytes: u64, align: u64) -> u64 {
         match (self.provider(), self.mailbox.client()) {
-            (ProviderKind::Rpc | ProviderKind::Pool, Some(client)) => {
+            (ProviderKind::Rpc | ProviderKind::Pool | ProviderKind::PoolThenRpc, Some(client)) => {
                 client.alloc_alone(bytes, align).unwrap_or(0)
             }
             _ => 0,
@@ -413,7 +413,7 @@ impl DeviceHeap {
     /// registers (ptxas's divergent-warp fallbacks) and elsewhere gain
     /// nothing for a request that is one lane's anyway.
     fn system_deallocate(&self, addr: u64, bytes: u64) {
-        if let (ProviderKind::Rpc | ProviderKind::Pool, Some(client)) =
+        if let (ProviderKind::Rpc | ProviderKind::Pool | ProviderKind::PoolThenRpc, Some(client)) =
             (self.provider(), self.mailbox.client())
         {
             client.free_alone(addr, bytes);

@@ -789,13 +789,13 @@ impl DeviceHeap {
     /// or the pool holds one (checked, in O(1), when the heap is exhausted:
     /// a slab emptied while a refusal was in flight must not be stranded).
     fn slab_at_hand(&self) -> bool {
-        self.empties.count() != 0
-            || (self.provider() == ProviderKind::Pool && !self.pool.is_empty())
+        self.empties.count() != 0 || (self.provider() != ProviderKind::Rpc && !self.pool.is_empty())
     }
 
     /// A slab for a claimed slot, in the order that lets a class grow to
-    /// its demand: the pool's or the host's (not the host's while the heap
-    /// is exhausted: it refused already), and only when they have none, an
+    /// its demand: the pool's (pool mode) or the host's (RPC mode, or a pool
+    /// with fallback once it is dry; not while the heap is exhausted: the
+    /// host refused already), and only when they have none, an
     /// empty slab of another slot taken over. Taking over first would keep
     /// the heap's size flat under churn — a takeover moves a slab and
     /// empties the slot it left — while every class's emptied slabs stay
@@ -805,13 +805,15 @@ impl DeviceHeap {
     /// the claim. Returns the slab with the number of bitfield words known
     /// to be zero.
     fn obtain_slab(&self, generation: u32) -> Option<(u64, u32)> {
-        let slab = if self.provider() == ProviderKind::Pool {
-            self.pool_pop().unwrap_or(0)
-        } else if self.is_exhausted() {
-            0
-        } else {
-            self.system_allocate(SLAB_SIZE, SLAB_SIZE)
-        };
+        let provider = self.provider();
+        let mut slab = 0;
+        if provider != ProviderKind::Rpc {
+            slab = self.pool_pop().unwrap_or(0);
+        }
+        // The host: in RPC mode, or once a pool with fallback is dry.
+        if slab == 0 && provider != ProviderKind::Pool && !self.is_exhausted() {
+            slab = self.system_allocate(SLAB_SIZE, SLAB_SIZE);
+        }
         if slab != 0 && self.granule_of(slab).is_none() {
             // Outside the region the heap cannot vouch for it on free.
             self.system_deallocate(slab, SLAB_SIZE);
