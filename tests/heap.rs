@@ -643,6 +643,11 @@ fn a_dry_pool_with_fallback_asks_the_host() {
             .all(|s| s.out_of_memory == 0)
     );
     assert_empty(&mut heap, "pool with fallback");
+    // `trim` gave the borrowed slabs back to the host: the pool holds its
+    // own two again.
+    let st = heap.stats().unwrap();
+    assert_eq!(st.live.pool_slabs, 2, "{st}");
+    assert_eq!(st.region.mapped_bytes, 2 * GRANULE, "{st}");
 }
 
 /// Under a limit, the heap's first out-of-memory snapshot is taken right
@@ -715,7 +720,7 @@ fn the_first_out_of_memory_snapshot_names_the_class_and_the_fix() {
     println!("{table}");
     for said in [
         "phase \"start\", at its first out-of-memory null (read when no kernel ran): 8.0 MiB \
-         mapped (peak 8.0 MiB, 0 B of it free)",
+         held by slabs and large blocks; 8.0 MiB mapped (peak 8.0 MiB, 0 B of it free)",
         "class   8.0 KiB: 4 slabs (8.0 MiB), 100 % full, 0 empty",
         &format!("{nulls} nulls"),
         "the host refused a slab (2.0 MiB): the heap's limit (8.0 MiB) was reached",

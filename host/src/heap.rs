@@ -276,6 +276,8 @@ pub struct SpillCounts {
     pub slabs: [u32; CLASS_COUNT],
     /// Bytes of spilled large blocks in use.
     pub large_bytes: u64,
+    /// Spilled slabs in the pool (pool mode), of no class yet.
+    pub pool_slabs: u32,
     /// Spills refused for want of host memory.
     pub refused: u64,
 }
@@ -287,6 +289,7 @@ impl Default for SpillCounts {
             peak_bytes: 0,
             slabs: [0; CLASS_COUNT],
             large_bytes: 0,
+            pool_slabs: 0,
             refused: 0,
         }
     }
@@ -529,6 +532,9 @@ struct Phases {
     out_of_memory: Option<Snapshot>,
     /// Its peak snapshot, replaced while the peak grows.
     peak: Option<Snapshot>,
+    /// The bytes the peak snapshot's read found held by slabs and large
+    /// blocks (0: none yet).
+    peak_held: u64,
     /// The ended phases' snapshots.
     done: Vec<Snapshot>,
 }
@@ -541,6 +547,7 @@ impl Phases {
             base_out_of_memory: 0,
             out_of_memory: None,
             peak: None,
+            peak_held: 0,
             done: Vec::new(),
         }
     }
@@ -620,6 +627,7 @@ pub struct Heap {
     counters: Arc<Counters>,
     phases: Mutex<Phases>,
     mode: Mode,
+    pool_fallback: bool,
     launcher: Option<Launcher>,
     device: Arc<dyn Device>,
 }
@@ -633,6 +641,7 @@ fn handler(
     counters: Arc<Counters>,
     limit: Option<u64>,
     headroom: u64,
+    spill: bool,
 ) -> Arc<server::Handler> {
     Arc::new(move |request: Request| match request {
         Request::Alloc { bytes, align } => {
@@ -654,6 +663,7 @@ fn handler(
                         limit,
                         headroom,
                         driver_error: region.last_driver_error().map(str::to_string),
+                        spill,
                     });
                 }
                 why.status()
@@ -680,10 +690,17 @@ fn spill_counts(copy: &DeviceHeap, region: &Region<Box<dyn Backing>>) -> SpillCo
         refused: stats.spills_refused,
         ..SpillCounts::default()
     };
+    let mut large = Vec::new();
+    copy.for_each_large(|addr, bytes| large.push((addr, addr + bytes)));
     for addr in region.spilled_in_use() {
-        match copy.slab_class_at(addr) {
-            Some(class) => counts.slabs[class] += 1,
-            None => counts.large_bytes += GRANULE,
+        if let Some(class) = copy.slab_class_at(addr) {
+            counts.slabs[class] += 1;
+        } else if large.iter().any(|&(start, end)| (start..end).contains(&addr)) {
+            counts.large_bytes += GRANULE;
+        } else {
+            // Handed out by the region, of no class and no large block:
+            // a pooled slab.
+            counts.pool_slabs += 1;
         }
     }
     counts
@@ -880,6 +897,7 @@ impl Heap {
                     Arc::clone(&counters),
                     config.limit,
                     config.headroom,
+                    config.spill,
                 ),
             )
         }
@@ -895,6 +913,7 @@ impl Heap {
             counters,
             phases: Mutex::new(Phases::new()),
             mode: config.mode,
+            pool_fallback: config.pool_fallback,
             launcher,
             device,
         })
@@ -1121,13 +1140,18 @@ impl Heap {
         // The phase's peak, before its slabs go.
         self.observe(&copy, &lock(&self.region))?;
         copy.take_empty(|slab| taken.push(slab));
-        if matches!(self.mode, Mode::Pool { .. }) {
-            for slab in taken.drain(..) {
+        let mut region = lock(&self.region);
+        if let Mode::Pool { slabs } = self.mode {
+            // Back to the pool, up to its size (a pool with fallback
+            // borrowed the rest from the host: they go back to it), device
+            // memory first (spilled slabs go back to the host).
+            taken.sort_by_key(|&slab| region.is_spilled(slab));
+            let room = (slabs as usize).saturating_sub(copy.pool_len());
+            for slab in taken.drain(..room.min(taken.len())) {
                 copy.pool_push(slab);
             }
         }
         self.write_device_heap(&copy)?;
-        let mut region = lock(&self.region);
         for slab in taken {
             // A refusal here would mean the device held a slab the region
             // never handed out; the region counts it.
@@ -1156,6 +1180,7 @@ impl Heap {
         phases.base_out_of_memory = copy.errors().out_of_memory;
         phases.out_of_memory = None;
         phases.peak = None;
+        phases.peak_held = 0;
         *self
             .counters
             .first_refusal
@@ -1213,21 +1238,23 @@ impl Heap {
 
     /// Takes the phase's snapshots that are due from a read of the heap
     /// (`copy`, quiescent): the first out-of-memory one once the phase had
-    /// a null, a peak one when the peak of mapped memory grew since the
-    /// last.
-    fn observe(&self, copy: &HeapCopy, region: &Region<Box<dyn Backing>>) -> Result<(), HostError> {
+    /// a null, a peak one when its classes' slabs and live large blocks
+    /// hold more than at the last.
+    fn observe(
+        &self,
+        copy: &HeapCopy,
+        region: &Region<Box<dyn Backing>>,
+    ) -> Result<(), HostError> {
         let mut phases = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
         let stats = region.stats();
         let out_of_memory = copy
             .errors()
             .out_of_memory
             .saturating_sub(phases.base_out_of_memory);
+        let counts = copy.class_counts();
+        let held = u64::from(counts.slabs.iter().sum::<u32>()) * GRANULE + counts.large_bytes;
         let oom_due = phases.out_of_memory.is_none() && out_of_memory != 0;
-        let peak_due = stats.peak_mapped_bytes != 0
-            && phases
-                .peak
-                .as_ref()
-                .is_none_or(|p| stats.peak_mapped_bytes > p.peak_mapped_bytes);
+        let peak_due = held > phases.peak_held;
         if !oom_due && !peak_due {
             return Ok(());
         }
@@ -1238,11 +1265,10 @@ impl Heap {
         let corrupt = |e: &str| HostError::HeapCorrupt(e.to_string());
         let classes = copy.class_census(&memory).map_err(corrupt)?;
         let census = copy.census(&memory).map_err(corrupt)?;
-        let counts = copy.class_counts();
         let nulls: [u32; CLASS_COUNT] =
             std::array::from_fn(|c| counts.nulls[c].saturating_sub(phases.base_nulls[c]));
         let mut large = Vec::new();
-        copy.for_each_large(|bytes| large.push(bytes));
+        copy.for_each_large(|_, bytes| large.push(bytes));
         let refusal = self
             .counters
             .first_refusal
@@ -1259,6 +1285,8 @@ impl Heap {
                 Mode::Pool { slabs } => Some(slabs),
                 Mode::Rpc => None,
             },
+            pool_fallback: self.pool_fallback,
+            held_bytes: held,
             region: &stats,
             out_of_memory,
             refusal,
@@ -1270,6 +1298,7 @@ impl Heap {
         }
         if peak.is_some() {
             phases.peak = peak;
+            phases.peak_held = held;
         }
         Ok(())
     }

@@ -38,8 +38,8 @@ use crate::heap::{Shortfall, bytes};
 /// When in a phase a snapshot was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Moment {
-    /// At the phase's peak of mapped memory (the most recent read after
-    /// the peak last grew).
+    /// At the phase's peak: the read where its classes' slabs and live
+    /// large blocks held the most.
     Peak,
     /// At the phase's first out-of-memory null (the first read after it).
     FirstOutOfMemory,
@@ -110,22 +110,30 @@ pub struct RefusalRecord {
     pub headroom: u64,
     /// The driver's message, for a driver error.
     pub driver_error: Option<String>,
+    /// Whether the heap spills (`HeapConfig::spill`): then the host's
+    /// memory was at its floor too.
+    pub spill: bool,
 }
 
 impl RefusalRecord {
     /// What to do about it, in words.
     pub fn fix(&self) -> String {
+        let or_spill = if self.spill {
+            " (spill is on, and the host's memory was at its floor: a tenth of it, at least 4 \
+             GiB)"
+        } else {
+            ", or turn on `HeapConfig::spill`"
+        };
         match self.reason {
             Refusal::Limit => format!(
-                "the heap's limit ({}) was reached with {} mapped; raise `HeapConfig::limit`, \
-                 free earlier, or turn on `HeapConfig::spill`",
+                "the heap's limit ({}) was reached with {} mapped; raise `HeapConfig::limit` or \
+                 free earlier{or_spill}",
                 self.limit.map_or_else(|| "none".into(), bytes),
                 bytes(self.mapped_bytes)
             ),
             Refusal::Headroom => format!(
                 "the device would have kept less than the headroom ({}) free, with {} mapped by \
-                 the heap; lower `HeapConfig::headroom`, free device memory elsewhere, or turn \
-                 on `HeapConfig::spill`",
+                 the heap; lower `HeapConfig::headroom` or free device memory elsewhere{or_spill}",
                 bytes(self.headroom),
                 bytes(self.mapped_bytes)
             ),
@@ -137,7 +145,7 @@ impl RefusalRecord {
             }
             Refusal::Driver => format!(
                 "the driver could not map memory ({}); the device is likely full: free device \
-                 memory elsewhere or turn on `HeapConfig::spill`",
+                 memory elsewhere{or_spill}",
                 self.driver_error.as_deref().unwrap_or("no message")
             ),
             Refusal::InjectedFault => "a fault injected on purpose (`Heap::fail_every`)".into(),
@@ -161,6 +169,11 @@ pub struct Snapshot {
     pub pool_slabs: u64,
     /// The pool's size in pool mode (`None` in RPC mode).
     pub pool: Option<u32>,
+    /// What the classes' slabs and the live large blocks held, in bytes
+    /// (the measure of a phase's peak: the read where it was highest).
+    pub held_bytes: u64,
+    /// Whether a dry pool asks the host (`HeapConfig::pool_fallback`).
+    pub pool_fallback: bool,
     /// Device memory the heap had mapped.
     pub mapped_bytes: u64,
     /// Of the mapped memory (device and spilled), the granules free for
@@ -186,6 +199,8 @@ pub(crate) struct Reading<'a> {
     pub large: &'a [u64],
     pub census: &'a Census,
     pub pool: Option<u32>,
+    pub pool_fallback: bool,
+    pub held_bytes: u64,
     pub region: &'a RegionStats,
     pub out_of_memory: u64,
     pub refusal: Option<RefusalRecord>,
@@ -226,6 +241,8 @@ impl Snapshot {
             large,
             pool_slabs: r.census.pool_slabs,
             pool: r.pool,
+            held_bytes: r.held_bytes,
+            pool_fallback: r.pool_fallback,
             mapped_bytes: r.region.mapped_bytes,
             free_mapped_bytes: r.region.free_mapped_granules * SLAB_SIZE,
             peak_mapped_bytes: r.region.peak_mapped_bytes,
@@ -261,7 +278,7 @@ impl Snapshot {
                 r.fix()
             ));
         }
-        if let Some(pool) = self.pool {
+        if let (Some(pool), false) = (self.pool, self.pool_fallback) {
             let more: u32 = self.shortfall().iter().map(|s| s.slabs).sum();
             return Some(format!(
                 "the pool ({pool} slabs) ran dry; raise it to {} slabs, turn on \
@@ -283,13 +300,14 @@ impl std::fmt::Display for Snapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "phase \"{}\", {} (read when no kernel ran): {} mapped (peak {}, {} of it free){}, \
-             {} out-of-memory nulls",
+            "phase \"{}\", {} (read when no kernel ran): {} held by slabs and large blocks; {} \
+             mapped (peak {}, {} of it free){}, {} out-of-memory nulls",
             self.phase,
             match self.moment {
-                Moment::Peak => "at its peak of mapped memory",
+                Moment::Peak => "at its peak",
                 Moment::FirstOutOfMemory => "at its first out-of-memory null",
             },
+            bytes(self.held_bytes),
             bytes(self.mapped_bytes),
             bytes(self.peak_mapped_bytes),
             bytes(self.free_mapped_bytes),

@@ -509,11 +509,13 @@ fn a_spilling_region_maps_host_memory_past_the_limit_and_trims_it() {
     );
 }
 
-/// A backing whose host has `available` bytes free of `total`, otherwise
-/// the emulated device.
+/// A backing whose host has `available` bytes free of `total`, and whose
+/// driver maps `device_maps` granules of device memory before it fails
+/// (as a full GPU's does); otherwise the emulated device.
 struct ShortHost {
     inner: HostEmulated,
     host: HostMemory,
+    device_maps: u64,
 }
 
 impl Backing for ShortHost {
@@ -521,6 +523,10 @@ impl Backing for ShortHost {
         self.inner.reserve(bytes)
     }
     fn map(&mut self, addr: u64) -> Result<(), BackingError> {
+        if self.device_maps == 0 {
+            return Err(BackingError::Unsupported("out of device memory".into()));
+        }
+        self.device_maps -= 1;
         self.inner.map(addr)
     }
     fn map_host(&mut self, addr: u64) -> Result<(), BackingError> {
@@ -582,6 +588,7 @@ fn a_spill_that_would_starve_the_host_is_refused() {
             available: floor + GRANULE,
             total,
         },
+        device_maps: u64::MAX,
     };
     let mut r = Region::new(
         backing,
@@ -602,4 +609,44 @@ fn a_spill_that_would_starve_the_host_is_refused() {
     assert_eq!(s.spilled_bytes, GRANULE);
     assert_eq!(s.spills_refused, 1);
     assert_eq!(s.refused(Refusal::Limit), 1);
+}
+
+/// The driver refusing device memory part-way through a run spills the
+/// rest of the run only if the host has room for all of it: here for one
+/// granule, so a run of three whose first maps on the device is refused
+/// (the driver's refusal), and a run of one is spilled.
+#[test]
+fn a_driver_refusal_spills_only_what_the_host_can_hold() {
+    let total = 64u64 << 30;
+    let floor = spill_floor(HostMemory {
+        available: 0,
+        total,
+    });
+    let backing = ShortHost {
+        inner: HostEmulated::new(64 * GRANULE).expect("emulated device"),
+        host: HostMemory {
+            available: floor + GRANULE,
+            total,
+        },
+        device_maps: 1,
+    };
+    let mut r = Region::new(
+        backing,
+        RegionConfig {
+            reserve: Some(32 * GRANULE),
+            limit: None,
+            headroom: 0,
+            spill: true,
+        },
+    )
+    .expect("reserve");
+    assert_eq!(r.allocate(3 * GRANULE, GRANULE), Err(Refusal::Driver));
+    let s = r.stats();
+    assert_eq!((s.spilled_bytes, s.spills_refused), (0, 1), "{s:?}");
+    // The granule the driver mapped stays mapped and free.
+    assert_eq!(s.mapped_bytes, GRANULE);
+    let a = r.allocate(GRANULE, GRANULE).expect("the free granule");
+    let b = r.allocate(GRANULE, GRANULE).expect("one spilled granule");
+    assert!(!r.is_spilled(a) && r.is_spilled(b));
+    assert_eq!(r.stats().spilled_bytes, GRANULE);
 }

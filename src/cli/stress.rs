@@ -427,9 +427,12 @@ pub fn stress(
             .iter()
             .map(|s| s.to_string())
             .collect();
+        // The phase's (a kernel named twice runs as two phases of its name:
+        // the last is this run's).
         let out_of_memory = heap
             .snapshots()?
             .into_iter()
+            .rev()
             .find(|s| s.phase == *name && s.moment == warpalloc::Moment::FirstOutOfMemory)
             .map(|s| s.to_string());
         let traffic = after.traffic.since(&before.traffic).served();

@@ -196,7 +196,7 @@ impl DeviceHeap {
             c.live_block_bytes +=
                 k.live_blocks * u64::from(crate::size_class::geometry(class).block);
         }
-        self.for_each_large(|bytes| {
+        self.for_each_large(|_, bytes| {
             c.large_blocks += 1;
             c.large_bytes += bytes;
         });
@@ -228,11 +228,12 @@ impl DeviceHeap {
         Ok(classes)
     }
 
-    /// Calls `f(bytes)` for each large block allocated, in address order.
-    pub fn for_each_large(&self, mut f: impl FnMut(u64)) {
+    /// Calls `f(address, bytes)` for each large block allocated, in
+    /// address order.
+    pub fn for_each_large(&self, mut f: impl FnMut(u64, u64)) {
         for granule in 0..(self.region().1 >> SLAB_SHIFT) as u32 {
             if let Granule::Large { granules } = self.granules.get(granule) {
-                f(u64::from(granules) << SLAB_SHIFT);
+                f(self.granule_addr(granule), u64::from(granules) << SLAB_SHIFT);
             }
         }
     }

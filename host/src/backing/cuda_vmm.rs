@@ -4,8 +4,10 @@
 //! `cuMemSetAccess`. Every call binds the heap's context to the calling
 //! thread first (the RPC server's thread is not the one that created it).
 //! A spill (`map_host`) creates its physical granule at a host location
-//! (`CU_MEM_LOCATION_TYPE_HOST`: pinned system memory) and maps it, with
-//! access for the device, as any other.
+//! (pinned system memory: `CU_MEM_LOCATION_TYPE_HOST`, or where a driver
+//! takes only NUMA locations — CUDA 12 — `CU_MEM_LOCATION_TYPE_HOST_NUMA`
+//! node 0; `probe_host` finds which) and maps it, with access for the
+//! device, as any other.
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -33,6 +35,8 @@ pub struct CudaVmm {
     host: HashSet<u64>,
     /// Unmapped host granules.
     host_spares: Vec<sys::CUmemGenericAllocationHandle>,
+    /// The host location the driver takes (`probe_host`).
+    host_location: sys::CUmemLocationType,
     calls: DriverCalls,
 }
 
@@ -96,6 +100,7 @@ impl CudaVmm {
             spares: Vec::new(),
             host: HashSet::new(),
             host_spares: Vec::new(),
+            host_location: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
             calls: DriverCalls::default(),
         };
         let prop = vmm.prop();
@@ -139,7 +144,8 @@ impl CudaVmm {
     fn create(&mut self, host: bool) -> Result<sys::CUmemGenericAllocationHandle, BackingError> {
         let mut prop = self.prop();
         if host {
-            prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST;
+            // HOST's id is ignored; HOST_NUMA's is the node: 0.
+            prop.location.type_ = self.host_location;
             prop.location.id = 0;
         }
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
@@ -238,7 +244,14 @@ impl Backing for CudaVmm {
 
     fn probe_host(&mut self) -> Result<(), BackingError> {
         self.bind()?;
-        let handle = self.create(true)?;
+        let handle = match self.create(true) {
+            Ok(handle) => handle,
+            Err(first) => {
+                // A driver that takes only NUMA host locations (CUDA 12).
+                self.host_location = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA;
+                self.create(true).map_err(|_| first)?
+            }
+        };
         // SAFETY: the physical allocation just created, never mapped.
         driver("cuMemRelease", || unsafe { sys::cuMemRelease(handle) })?;
         self.calls.releases += 1;

@@ -274,6 +274,13 @@ impl<B: Backing> Region<B> {
         &mut self.backing
     }
 
+    /// Whether the granule at `addr` (of the region) is mapped with host
+    /// memory (spilled).
+    pub fn is_spilled(&self, addr: u64) -> bool {
+        addr.checked_sub(self.base)
+            .is_some_and(|offset| self.spilled.contains(&((offset / GRANULE) as usize)))
+    }
+
     /// The addresses of the granules in use whose memory is the host's
     /// (spilled), in address order.
     pub fn spilled_in_use(&self) -> impl Iterator<Item = u64> + '_ {
@@ -533,7 +540,7 @@ impl<B: Backing> Region<B> {
                 return Err(self.refuse(Refusal::Driver));
             }
         }
-        for &i in created {
+        for (k, &i) in created.iter().enumerate() {
             self.map_attempts += 1;
             if self.fail_every != 0 && self.map_attempts.is_multiple_of(self.fail_every) {
                 return Err(self.refuse(Refusal::InjectedFault));
@@ -542,13 +549,15 @@ impl<B: Backing> Region<B> {
             let mapped = if spill {
                 self.backing.map_host(addr)
             } else {
-                // A driver refusing device memory is spilled too, granule
-                // by granule.
+                // A driver refusing device memory is spilled too: this
+                // granule and the rest of the run, if the host has room
+                // for all of them.
+                let left = (created.len() - k) as u64 * GRANULE;
                 self.backing.map(addr).or_else(|e| {
                     if !self.spill {
                         return Err(e);
                     }
-                    if !self.host_room_for(GRANULE) {
+                    if !self.host_room_for(left) {
                         self.stats.spills_refused += 1;
                         return Err(e);
                     }
