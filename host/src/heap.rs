@@ -695,7 +695,10 @@ fn spill_counts(copy: &DeviceHeap, region: &Region<Box<dyn Backing>>) -> SpillCo
     for addr in region.spilled_in_use() {
         if let Some(class) = copy.slab_class_at(addr) {
             counts.slabs[class] += 1;
-        } else if large.iter().any(|&(start, end)| (start..end).contains(&addr)) {
+        } else if large
+            .iter()
+            .any(|&(start, end)| (start..end).contains(&addr))
+        {
             counts.large_bytes += GRANULE;
         } else {
             // Handed out by the region, of no class and no large block:
@@ -1240,11 +1243,7 @@ impl Heap {
     /// (`copy`, quiescent): the first out-of-memory one once the phase had
     /// a null, a peak one when its classes' slabs and live large blocks
     /// hold more than at the last.
-    fn observe(
-        &self,
-        copy: &HeapCopy,
-        region: &Region<Box<dyn Backing>>,
-    ) -> Result<(), HostError> {
+    fn observe(&self, copy: &HeapCopy, region: &Region<Box<dyn Backing>>) -> Result<(), HostError> {
         let mut phases = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
         let stats = region.stats();
         let out_of_memory = copy

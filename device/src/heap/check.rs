@@ -233,7 +233,10 @@ impl DeviceHeap {
     pub fn for_each_large(&self, mut f: impl FnMut(u64, u64)) {
         for granule in 0..(self.region().1 >> SLAB_SHIFT) as u32 {
             if let Granule::Large { granules } = self.granules.get(granule) {
-                f(self.granule_addr(granule), u64::from(granules) << SLAB_SHIFT);
+                f(
+                    self.granule_addr(granule),
+                    u64::from(granules) << SLAB_SHIFT,
+                );
             }
         }
     }
