@@ -172,6 +172,10 @@ enum Command {
         /// mode, slabs mapped on demand).
         #[arg(long)]
         pool_slabs: Option<u32>,
+        /// With --pool-slabs: once the pool is dry, ask the host for slabs
+        /// (as RPC mode does) instead of returning null.
+        #[arg(long, requires = "pool_slabs")]
+        pool_fallback: bool,
         /// Cap the heap's mapped memory: bytes, or with a unit (64MiB, 2GiB).
         #[arg(long, value_parser = parse_bytes)]
         limit: Option<u64>,
@@ -259,6 +263,7 @@ fn main() -> ExitCode {
             max_size,
             large_one_in,
             pool_slabs,
+            pool_fallback,
             limit,
             spill,
             plant_corruption,
@@ -266,7 +271,11 @@ fn main() -> ExitCode {
             schedule,
         } => (|| {
             let schedule = schedule.schedule();
-            let mut heap = open_heap(prefer, heap_config(pool_slabs, limit, spill), schedule)?;
+            let mut heap = open_heap(
+                prefer,
+                heap_config(pool_slabs, limit, spill, pool_fallback),
+                schedule,
+            )?;
             let sms = launcher(&heap).info().multiprocessors;
             let args = StressArgs {
                 kernels: if kernels.is_empty() {
@@ -284,8 +293,10 @@ fn main() -> ExitCode {
                 limit,
                 pool_slabs,
                 spill,
-                // Spilling, a limit gives no null while the host has room.
-                capped: pool_slabs.is_some() || (limit.is_some() && !spill),
+                pool_fallback,
+                // Spilling, a limit gives no null while the host has room;
+                // a pool with fallback none while the host has memory.
+                capped: (pool_slabs.is_some() && !pool_fallback) || (limit.is_some() && !spill),
             };
             let report = stress::stress(&mut heap, &args, schedule.settings(), !json)?;
             if json {

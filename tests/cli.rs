@@ -821,3 +821,37 @@ fn bench_spill_case_pairs_a_spilled_run_with_one_that_got_nulls() {
         "{on}"
     );
 }
+
+/// `warpalloc stress --pool-slabs 2 --pool-fallback`: the pool runs dry and
+/// asks the host, so `fill` gets no null and no dry-pool line, and after
+/// `trim` only the pool's own two slabs stay mapped; `--pool-fallback`
+/// without `--pool-slabs` is refused by the argument parser.
+#[test]
+fn stress_on_a_pool_with_fallback_gets_no_null() {
+    let args = [
+        "--simulator",
+        "stress",
+        "--kernels",
+        "fill",
+        "--pool-slabs",
+        "2",
+        "--pool-fallback",
+        "--blocks",
+        "4",
+        "--threads",
+        "128",
+        "--workers",
+        "1",
+        "--json",
+    ];
+    let (ok, text) = warpalloc(&args);
+    assert!(ok, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let fill = &report["kernels"][0];
+    assert_eq!(fill["nulls"], 0, "{fill}");
+    assert_eq!(fill["pool_shortfall"].as_array().map(Vec::len), Some(0));
+    assert!(report["rpc_allocs"].as_u64() > Some(0), "{report}");
+    assert_eq!(report["mapped_after_trim"], 2 * 2 * 1024 * 1024);
+    let (ok, text) = warpalloc(&["--simulator", "stress", "--pool-fallback"]);
+    assert!(!ok && text.contains("--pool-slabs"), "{text}");
+}

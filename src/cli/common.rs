@@ -135,7 +135,12 @@ pub fn read_stats(heap: &Heap, stats: &Buffer<u64>) -> Result<Stats, HostError> 
 }
 
 /// A heap configuration for `mode` ("rpc" or "pool") and an optional limit.
-pub fn heap_config(pool_slabs: Option<u32>, limit: Option<u64>, spill: bool) -> HeapConfig {
+pub fn heap_config(
+    pool_slabs: Option<u32>,
+    limit: Option<u64>,
+    spill: bool,
+    pool_fallback: bool,
+) -> HeapConfig {
     HeapConfig {
         mode: match pool_slabs {
             Some(slabs) => Mode::Pool { slabs },
@@ -143,6 +148,7 @@ pub fn heap_config(pool_slabs: Option<u32>, limit: Option<u64>, spill: bool) -> 
         },
         limit,
         spill,
+        pool_fallback,
         ..HeapConfig::default()
     }
 }

@@ -51,6 +51,8 @@ pub struct StressArgs {
     pub pool_slabs: Option<u32>,
     /// `--spill`: what the limit refuses goes to host memory.
     pub spill: bool,
+    /// `--pool-fallback`: a dry pool asks the host.
+    pub pool_fallback: bool,
     /// The heap's memory is capped (`--limit`, or pool mode's fixed slabs):
     /// a null is an answer then, not a failure, for every kernel.
     pub capped: bool,
