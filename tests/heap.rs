@@ -12,7 +12,7 @@ use support::{assert_empty, buffer, heap_with, read, run, stats};
 use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::sim::LaunchConfig;
 use warpalloc_host::backing::{GRANULE, Refusal};
-use warpalloc_host::{HostError, Launcher, Prefer, server};
+use warpalloc_host::{Buffer, HostError, Launcher, Prefer, server};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats, churn, drain, drain_transfer, fill};
 
 /// Tests that look at the process-wide server thread run one at a time.
@@ -142,6 +142,73 @@ fn the_server_stops_with_the_last_heap_and_restarts() {
     }
 }
 
+/// What `fill` left on a heap: 4 blocks of 64 threads, each holding up to
+/// 48 blocks of 16 B to 32 KiB (seed 5) until its first null.
+struct Filled {
+    stats: Buffer<u64>,
+    ptrs: Buffer<u64>,
+    sizes: Buffer<u32>,
+    counts: Buffer<u32>,
+}
+
+impl Filled {
+    const PER_THREAD: u32 = 48;
+
+    fn cfg() -> LaunchConfig {
+        LaunchConfig::linear(4, 64).seed(5)
+    }
+
+    /// Runs `fill`; its buffers and its counts.
+    fn run(heap: &mut Heap) -> (Filled, Stats) {
+        let threads = 4 * 64;
+        let slots = threads * Self::PER_THREAD as usize;
+        let filled = Filled {
+            stats: buffer(heap, STATS_WORDS),
+            ptrs: buffer(heap, slots),
+            sizes: buffer(heap, slots),
+            counts: buffer(heap, threads),
+        };
+        run(
+            heap,
+            &Self::cfg(),
+            fill::Args {
+                stats: filled.stats.kernel_ptr(),
+                ptrs: filled.ptrs.kernel_ptr(),
+                sizes: filled.sizes.kernel_ptr(),
+                counts: filled.counts.kernel_ptr(),
+                per_thread: Self::PER_THREAD,
+                seed: 5,
+                max_small: 32 << 10,
+            },
+        );
+        let s = stats(heap, &filled.stats);
+        (filled, s)
+    }
+
+    /// The blocks the threads hold.
+    fn held(&self, heap: &Heap) -> u32 {
+        read(heap, &self.counts).iter().sum()
+    }
+
+    /// Runs `drain`: each block checked and freed by a thread of another
+    /// warp and block; the counts of both kernels.
+    fn drain(&self, heap: &mut Heap) -> Stats {
+        run(
+            heap,
+            &Self::cfg(),
+            drain::Args {
+                stats: self.stats.kernel_ptr(),
+                ptrs: self.ptrs.kernel_ptr(),
+                sizes: self.sizes.kernel_ptr(),
+                counts: self.counts.kernel_ptr(),
+                per_thread: Self::PER_THREAD,
+                shift: 131,
+            },
+        );
+        stats(heap, &self.stats)
+    }
+}
+
 #[test]
 fn a_small_limit_gives_nulls_and_refusals_not_crashes() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
@@ -150,32 +217,13 @@ fn a_small_limit_gives_nulls_and_refusals_not_crashes() {
         slots: 256,
         ..HeapConfig::default()
     });
-    let threads = 4 * 64;
-    let per_thread = 48u32;
-    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
-    let ptrs = buffer::<u64>(&heap, threads * per_thread as usize);
-    let sizes = buffer::<u32>(&heap, threads * per_thread as usize);
-    let counts = buffer::<u32>(&heap, threads);
-    run(
-        &mut heap,
-        &LaunchConfig::linear(4, 64).seed(5),
-        fill::Args {
-            stats: stats_buf.kernel_ptr(),
-            ptrs: ptrs.kernel_ptr(),
-            sizes: sizes.kernel_ptr(),
-            counts: counts.kernel_ptr(),
-            per_thread,
-            seed: 5,
-            max_small: 32 << 10,
-        },
-    );
-    let s = stats(&heap, &stats_buf);
+    let (filled, s) = Filled::run(&mut heap);
     assert!(s.nulls > 0, "{s:?}");
     let hs = heap.stats().unwrap();
     assert!(hs.region.refused(Refusal::Limit) > 0, "{hs:?}");
     assert!(hs.region.mapped_bytes <= 8 * GRANULE);
     // What the kernel holds is what the heap counts as live.
-    let held: u32 = read(&heap, &counts).iter().sum();
+    let held = filled.held(&heap);
     assert_eq!(hs.live.live_allocations(), u64::from(held), "{:?}", hs.live);
     assert_eq!(hs.device.out_of_memory, s.nulls);
     // The report a person reads names every figure and each refusal's
@@ -194,19 +242,7 @@ fn a_small_limit_gives_nulls_and_refusals_not_crashes() {
     ] {
         assert!(report.contains(&said), "{said:?} not in:\n{report}");
     }
-    run(
-        &mut heap,
-        &LaunchConfig::linear(4, 64).seed(5),
-        drain::Args {
-            stats: stats_buf.kernel_ptr(),
-            ptrs: ptrs.kernel_ptr(),
-            sizes: sizes.kernel_ptr(),
-            counts: counts.kernel_ptr(),
-            per_thread,
-            shift: 131,
-        },
-    );
-    let s = stats(&heap, &stats_buf);
+    let s = filled.drain(&mut heap);
     assert_eq!((s.corrupt, s.broken), (0, 0), "{s:?}");
     assert_eq!(s.allocs, s.frees);
     assert_empty(&mut heap, "limit");
@@ -835,26 +871,7 @@ fn a_spilling_heap_finishes_under_a_device_limit_with_exact_accounting() {
         spill: true,
         ..HeapConfig::default()
     });
-    let threads = 4 * 64;
-    let per_thread = 48u32;
-    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
-    let ptrs = buffer::<u64>(&heap, threads * per_thread as usize);
-    let sizes = buffer::<u32>(&heap, threads * per_thread as usize);
-    let counts = buffer::<u32>(&heap, threads);
-    run(
-        &mut heap,
-        &LaunchConfig::linear(4, 64).seed(5),
-        fill::Args {
-            stats: stats_buf.kernel_ptr(),
-            ptrs: ptrs.kernel_ptr(),
-            sizes: sizes.kernel_ptr(),
-            counts: counts.kernel_ptr(),
-            per_thread,
-            seed: 5,
-            max_small: 32 << 10,
-        },
-    );
-    let s = stats(&heap, &stats_buf);
+    let (filled, s) = Filled::run(&mut heap);
     assert_eq!(s.nulls, 0, "{s:?}");
     let hs = heap.stats().unwrap();
     println!("{hs}");
@@ -883,23 +900,11 @@ fn a_spilling_heap_finishes_under_a_device_limit_with_exact_accounting() {
             hs.spill
         );
     }
-    let held: u32 = read(&heap, &counts).iter().sum();
+    let held = filled.held(&heap);
     assert_eq!(hs.live.live_allocations(), u64::from(held));
     assert!(hs.to_string().contains("spill: "), "{hs}");
     assert_eq!(heap.check().unwrap(), Ok(()));
-    run(
-        &mut heap,
-        &LaunchConfig::linear(4, 64).seed(5),
-        drain::Args {
-            stats: stats_buf.kernel_ptr(),
-            ptrs: ptrs.kernel_ptr(),
-            sizes: sizes.kernel_ptr(),
-            counts: counts.kernel_ptr(),
-            per_thread,
-            shift: 131,
-        },
-    );
-    let s = stats(&heap, &stats_buf);
+    let s = filled.drain(&mut heap);
     assert_eq!((s.corrupt, s.broken, s.nulls), (0, 0, 0), "{s:?}");
     assert_eq!(s.allocs, s.frees);
     // Large blocks (1 to 5 MiB, one allocation in 16) spill too.

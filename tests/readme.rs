@@ -42,6 +42,35 @@ fn find(lines: &[&str], chunk: &[String], from: usize) -> Option<usize> {
     })
 }
 
+/// The chunks of a snippet between its `// …` lines, blank edges trimmed.
+fn chunks(block: &[String]) -> Vec<Vec<String>> {
+    block
+        .split(|l| l.trim() == "// …")
+        .map(|chunk| {
+            let first = chunk.iter().position(|l| !l.is_empty());
+            let last = chunk.iter().rposition(|l| !l.is_empty());
+            match (first, last) {
+                (Some(first), Some(last)) => chunk[first..=last].to_vec(),
+                _ => Vec::new(),
+            }
+        })
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// Whether every chunk occurs in `lines`, whole lines, each after the one
+/// before.
+fn in_order(lines: &[&str], chunks: &[Vec<String>]) -> bool {
+    let mut at = 0;
+    chunks.iter().all(|chunk| match find(lines, chunk, at) {
+        Some(i) => {
+            at = i + chunk.len();
+            true
+        }
+        None => false,
+    })
+}
+
 #[test]
 fn the_first_project_snippets_are_the_example_s_code() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -52,36 +81,12 @@ fn the_first_project_snippets_are_the_example_s_code() {
         "the kernel crate's and the host's snippets"
     );
     for (n, block) in blocks.iter().enumerate() {
-        // The chunks between `// …` lines, blank edges trimmed.
-        let mut chunks: Vec<Vec<String>> = vec![Vec::new()];
-        for line in block {
-            if line.trim() == "// …" {
-                chunks.push(Vec::new());
-            } else {
-                chunks.last_mut().expect("a chunk").push(line.clone());
-            }
-        }
-        for chunk in &mut chunks {
-            while chunk.first().is_some_and(|l| l.is_empty()) {
-                chunk.remove(0);
-            }
-            while chunk.last().is_some_and(|l| l.is_empty()) {
-                chunk.pop();
-            }
-        }
-        chunks.retain(|c| !c.is_empty());
+        let chunks = chunks(block);
         // One file holds every chunk, in order.
         let found = SOURCES.iter().any(|source| {
             let text = std::fs::read_to_string(root.join(source)).expect("an example file");
             let lines: Vec<&str> = text.lines().collect();
-            let mut at = 0;
-            chunks.iter().all(|chunk| match find(&lines, chunk, at) {
-                Some(i) => {
-                    at = i + chunk.len();
-                    true
-                }
-                None => false,
-            })
+            in_order(&lines, &chunks)
         });
         assert!(
             found,
@@ -153,21 +158,22 @@ fn assert_snippets_in_test(heading: &str, test: &str) {
         .collect();
     let body: Vec<&str> = body.iter().map(String::as_str).collect();
     for block in blocks {
-        let mut at = 0;
-        for chunk in block.split(|l| l.trim() == "// …") {
-            let chunk: Vec<String> = chunk
-                .iter()
-                .map(|l| l.trim().to_string())
-                .filter(|l| !l.is_empty())
-                .collect();
-            match find(&body, &chunk, at) {
-                Some(i) => at = i + chunk.len(),
-                None => panic!(
-                    "this chunk of {heading:?} is not, line for line and in order, in \
-                     tests/heap.rs's {test}:\n{chunk:#?}"
-                ),
-            }
-        }
+        // Indentation aside: each line trimmed, blank ones dropped.
+        let chunks: Vec<Vec<String>> = chunks(&block)
+            .into_iter()
+            .map(|chunk| {
+                chunk
+                    .iter()
+                    .map(|l| l.trim().to_string())
+                    .filter(|l| !l.is_empty())
+                    .collect()
+            })
+            .collect();
+        assert!(
+            in_order(&body, &chunks),
+            "a snippet of {heading:?} is not, line for line and in order, in tests/heap.rs's \
+             {test}; the chunks:\n{chunks:#?}"
+        );
     }
 }
 

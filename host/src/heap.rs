@@ -332,15 +332,14 @@ impl HeapStats {
         if self.pool.is_none() {
             return Vec::new();
         }
-        shortfall(&self.classes)
+        shortfall(&self.classes.nulls)
     }
 }
 
-/// The classes of `counts` whose mallocs got null, with the slabs they
-/// lacked, largest shortfall first.
-pub(crate) fn shortfall(counts: &ClassCounts) -> Vec<Shortfall> {
-    let mut short: Vec<Shortfall> = counts
-        .nulls
+/// The classes whose mallocs got null (`nulls`, by class index), with the
+/// slabs they lacked, largest shortfall first.
+pub(crate) fn shortfall(nulls: &[u32; CLASS_COUNT]) -> Vec<Shortfall> {
+    let mut short: Vec<Shortfall> = nulls
         .iter()
         .enumerate()
         .filter(|&(_, &nulls)| nulls != 0)
@@ -532,9 +531,6 @@ struct Phases {
     out_of_memory: Option<Snapshot>,
     /// Its peak snapshot, replaced while the peak grows.
     peak: Option<Snapshot>,
-    /// The bytes the peak snapshot's read found held by slabs and large
-    /// blocks (0: none yet).
-    peak_held: u64,
     /// The ended phases' snapshots.
     done: Vec<Snapshot>,
 }
@@ -547,7 +543,6 @@ impl Phases {
             base_out_of_memory: 0,
             out_of_memory: None,
             peak: None,
-            peak_held: 0,
             done: Vec::new(),
         }
     }
@@ -1183,7 +1178,6 @@ impl Heap {
         phases.base_out_of_memory = copy.errors().out_of_memory;
         phases.out_of_memory = None;
         phases.peak = None;
-        phases.peak_held = 0;
         *self
             .counters
             .first_refusal
@@ -1253,7 +1247,7 @@ impl Heap {
         let counts = copy.class_counts();
         let held = u64::from(counts.slabs.iter().sum::<u32>()) * GRANULE + counts.large_bytes;
         let oom_due = phases.out_of_memory.is_none() && out_of_memory != 0;
-        let peak_due = held > phases.peak_held;
+        let peak_due = held > phases.peak.as_ref().map_or(0, |p| p.held_bytes);
         if !oom_due && !peak_due {
             return Ok(());
         }
@@ -1261,9 +1255,9 @@ impl Heap {
             device: &*self.device,
             region,
         };
-        let corrupt = |e: &str| HostError::HeapCorrupt(e.to_string());
-        let classes = copy.class_census(&memory).map_err(corrupt)?;
-        let census = copy.census(&memory).map_err(corrupt)?;
+        let classes = copy
+            .class_census(&memory)
+            .map_err(|e| HostError::HeapCorrupt(e.to_string()))?;
         let nulls: [u32; CLASS_COUNT] =
             std::array::from_fn(|c| counts.nulls[c].saturating_sub(phases.base_nulls[c]));
         let mut large = Vec::new();
@@ -1279,7 +1273,7 @@ impl Heap {
             classes: &classes,
             nulls: &nulls,
             large: &large,
-            census: &census,
+            pool_slabs: copy.pool_len() as u64,
             pool: match self.mode {
                 Mode::Pool { slabs } => Some(slabs),
                 Mode::Rpc => None,
@@ -1297,7 +1291,6 @@ impl Heap {
         }
         if peak.is_some() {
             phases.peak = peak;
-            phases.peak_held = held;
         }
         Ok(())
     }

@@ -28,9 +28,8 @@
 //! the phase's most unless memory ran short and a class took another's
 //! empty slab over.
 
-use warpalloc_device::ClassCounts;
-use warpalloc_device::heap::{Census, ClassCensus};
-use warpalloc_device::size_class::{CLASS_COUNT, SLAB_SIZE, geometry};
+use warpalloc_device::heap::ClassCensus;
+use warpalloc_device::size_class::{CLASS_COUNT, SLAB_SIZE, class_index, geometry};
 
 use crate::backing::{Refusal, RegionStats};
 use crate::heap::{Shortfall, bytes};
@@ -197,7 +196,8 @@ pub(crate) struct Reading<'a> {
     /// The device's nulls per class, since the phase began.
     pub nulls: &'a [u32; CLASS_COUNT],
     pub large: &'a [u64],
-    pub census: &'a Census,
+    /// Slabs in the pool.
+    pub pool_slabs: u64,
     pub pool: Option<u32>,
     pub pool_fallback: bool,
     pub held_bytes: u64,
@@ -239,7 +239,7 @@ impl Snapshot {
             moment,
             classes,
             large,
-            pool_slabs: r.census.pool_slabs,
+            pool_slabs: r.pool_slabs,
             pool: r.pool,
             held_bytes: r.held_bytes,
             pool_fallback: r.pool_fallback,
@@ -255,9 +255,9 @@ impl Snapshot {
     /// The classes whose mallocs got null, with the slabs they lacked
     /// (largest first), as [`HeapStats::pool_shortfall`](crate::HeapStats::pool_shortfall).
     pub fn shortfall(&self) -> Vec<Shortfall> {
-        let mut nulls = ClassCounts::default();
+        let mut nulls = [0; CLASS_COUNT];
         for k in &self.classes {
-            nulls.nulls[warpalloc_device::size_class::class_index(k.block)] = k.nulls;
+            nulls[class_index(k.block)] = k.nulls;
         }
         crate::heap::shortfall(&nulls)
     }
