@@ -403,13 +403,66 @@ fn the_first_bad_free_is_recorded_with_its_block_and_thread() {
     assert_eq!((e.invalid_frees, e.double_frees), (1, 0), "{e:?}");
     assert_eq!(e.first_bad_address, ptrs[2 * 32 + 5], "{e:?}");
     assert_eq!((e.first_bad_block, e.first_bad_thread), (2, 5), "{e:?}");
-    // The simulator knows the kernel too (a GPU's record does not).
-    assert_eq!(e.first_bad_kernel, Some("free_only"), "{e:?}");
+    // And its kernel: the lane that made the free wrote the name into the
+    // record as its kernel ended (`kernel_ended`), as on a GPU.
+    let kernel = |e: &warpalloc::Errors| e.first_bad_kernel.map(|k| k.to_string());
+    assert_eq!(kernel(&e).as_deref(), Some("free_only"), "{e:?}");
     let said = heap.stats().expect("stats").to_string();
     assert!(
         said.contains("by block 2 thread 5 of kernel `free_only`"),
         "{said}"
     );
+    // A later launch's bad free, by another kernel, is not the first: the
+    // record keeps the first one's place and kernel (the later launch's
+    // lanes at those coordinates are of another grid).
+    malloc_warp_counts(&mut heap, 64);
+    ptrs.fill(0);
+    ptrs[2 * 32 + 5] = foreign.kernel_ptr().addr() as u64 + 32;
+    free_counts(&mut heap, &LaunchConfig::linear(4, 32).seed(3), &ptrs);
+    let later = errors(&heap);
+    assert_eq!(later.invalid_frees, 2, "{later:?}");
+    assert_eq!(later.first_bad_address, e.first_bad_address, "{later:?}");
+    assert_eq!(kernel(&later).as_deref(), Some("free_only"), "{later:?}");
+}
+
+#[test]
+fn a_kernel_that_does_not_say_its_name_leaves_the_record_without_one() {
+    // A kernel defined without `kernel!` (another stack's entry point that
+    // does not call `kernel_ended`) makes the first bad free: the record
+    // names no kernel, as on a GPU. A later `kernel!` kernel whose lane
+    // sits at the same block and thread must not take the free for its own
+    // (its launch is another grid).
+    let mut heap = heap(64 * SLAB_SIZE, 64);
+    let foreign = buffer::<u64>(&heap, 4);
+    let bad = foreign.kernel_ptr().addr() + 16;
+    let cfg = LaunchConfig::linear(4, 32).binding(heap.device_heap() as usize);
+    warpalloc_device::sim::launch(&cfg, move || {
+        use warpalloc_device::simt;
+        if simt::block_linear() == 2 && simt::thread_linear() == 5 {
+            // SAFETY: a pointer the heap never handed out, which `free`
+            // refuses and counts (it changes nothing).
+            unsafe { warpalloc_device::free(core::ptr::with_exposed_provenance_mut(bad)) };
+        }
+    })
+    .expect("launch");
+    let e = errors(&heap);
+    assert_eq!(
+        (e.invalid_frees, e.first_bad_address),
+        (1, bad as u64),
+        "{e:?}"
+    );
+    assert_eq!((e.first_bad_block, e.first_bad_thread), (2, 5), "{e:?}");
+    assert_eq!(e.first_bad_kernel, None, "{e:?}");
+    // Frees of nulls only: a clean launch of `free_only` at the same
+    // coordinates.
+    free_counts(
+        &mut heap,
+        &LaunchConfig::linear(4, 32).seed(2),
+        &[0u64; 4 * 32],
+    );
+    let after = errors(&heap);
+    assert_eq!(after.invalid_frees, 1, "{after:?}");
+    assert_eq!(after.first_bad_kernel, None, "{after:?}");
 }
 
 #[test]

@@ -415,12 +415,13 @@ fn measure(heap: &mut Heap, case: Case, seed: u64, context: &str) -> Contention 
     let (demand, kernel_rmws, group_pairs, kernel_lane_trips) = match case {
         Case::Size(size) => {
             let usable = u64::from(geometry(class_index(size)).usable);
-            // alloc_free: four counters a thread.
+            // alloc_free: four counters a thread, and the load at its end
+            // (`kernel_ended`) a lane.
             (
                 threads.div_ceil(usable).max(1),
                 4 * threads,
                 s.allocs as f64 / 32.0,
-                4,
+                4 + 1,
             )
         }
         // lifetimes: six counters an allocation (allocations, live bytes
@@ -430,8 +431,9 @@ fn measure(heap: &mut Heap, case: Case, seed: u64, context: &str) -> Contention 
             0,
             6 * s.allocs + s.nulls,
             launch.events[Event::FreeGroup as usize] as f64,
-            // Every lane's `ROUNDS` allocations (no nulls: checked).
-            6 * u64::from(ROUNDS),
+            // Every lane's `ROUNDS` allocations (no nulls: checked), and
+            // the load at its end (`kernel_ended`).
+            6 * u64::from(ROUNDS) + 1,
         ),
     };
     Contention {

@@ -185,7 +185,32 @@ impl ConfigValues {
     }
 }
 
+/// Bytes of a kernel's name that an [`ErrorRecord`] keeps: a longer name
+/// is cut ([`KernelName::is_cut`]).
+pub const KERNEL_NAME_BYTES: usize = 48;
+const _: () = assert!(KERNEL_NAME_BYTES.is_multiple_of(8));
+
 /// Bad frees and failed allocations, as counted on the device.
+///
+/// ```text
+///   0            8              16             24              32
+///   ┌────────────┬──────────────┬──────────────┬───────────────┐
+///   │ double     │ invalid      │ out of       │ first bad     │
+///   │ frees      │ frees        │ memory       │ address       │
+///   ├────────────┼──────────────┼──────────────┼───────────────┤ 32
+///   │ first bad  │ first bad    │ its kernel's │ its kernel's  │
+///   │ place      │ grid         │ name: length │ name: bytes   │
+///   └────────────┴──────────────┴──────────────┴───────────────┘
+///                                        56 + KERNEL_NAME_BYTES = 104
+/// ```
+///
+/// The first bad free is the one whose lane swapped `first_bad_address`
+/// from 0; that lane writes the place (block above 32 bits, thread
+/// below) and the grid (`simt::grid_id`) next, and, when its kernel ends
+/// ([`crate::kernel_ended`], which `kernel!` calls), the kernel's name —
+/// a GPU's device code knows its kernel only there. Invariants: `length ≠
+/// 0 ⇒ first bad address ≠ 0`; the name is written once, by one lane (the
+/// one whose grid, block and thread the record names).
 #[repr(C)]
 #[derive(Debug)]
 pub struct ErrorRecord {
@@ -197,6 +222,74 @@ pub struct ErrorRecord {
     /// thread in the block (linear) below; written by the lane whose
     /// address became `first_bad_address`.
     pub(crate) first_bad_place: AtomicU64,
+    /// The launch the first bad free ran in (`simt::grid_id`), written
+    /// with the place.
+    pub(crate) first_bad_grid: AtomicU64,
+    /// The length in bytes of its kernel's name (0: not known), written
+    /// after the name.
+    pub(crate) first_bad_kernel_len: AtomicU64,
+    /// The name's first [`KERNEL_NAME_BYTES`] bytes, zero padded.
+    pub(crate) first_bad_kernel: NameBytes,
+}
+
+/// The bytes of an [`ErrorRecord`]'s kernel name: plain bytes, written by
+/// one lane before it writes the length (`name_first_bad`), read by the
+/// host once the kernel has ended.
+#[repr(transparent)]
+pub struct NameBytes(core::cell::UnsafeCell<[u8; KERNEL_NAME_BYTES]>);
+
+// SAFETY: one lane writes the bytes (the one the record names, once) and
+// nothing reads them while it may (the host reads after the kernel ends).
+unsafe impl Sync for NameBytes {}
+
+impl core::fmt::Debug for NameBytes {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("NameBytes")
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 7 * 8 + KERNEL_NAME_BYTES);
+
+/// A kernel's name as an [`ErrorRecord`] keeps it: its first
+/// [`KERNEL_NAME_BYTES`] bytes (a longer one is cut; `Display` then ends
+/// it with "…").
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct KernelName {
+    bytes: [u8; KERNEL_NAME_BYTES],
+    len: u64,
+}
+
+impl KernelName {
+    /// The name as the record kept it: its first bytes, up to the last
+    /// whole character.
+    pub fn as_str(&self) -> &str {
+        let kept = &self.bytes[..(self.len as usize).min(KERNEL_NAME_BYTES)];
+        match core::str::from_utf8(kept) {
+            Ok(name) => name,
+            Err(e) => core::str::from_utf8(&kept[..e.valid_up_to()]).unwrap_or_default(),
+        }
+    }
+
+    /// Whether the name was longer than the record keeps.
+    pub fn is_cut(&self) -> bool {
+        self.len > KERNEL_NAME_BYTES as u64
+    }
+}
+
+impl core::fmt::Display for KernelName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())?;
+        if self.is_cut() {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
+
+impl core::fmt::Debug for KernelName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "\"{self}\"")
+    }
 }
 
 /// Where an [`ErrorRecord`]'s count of out-of-memory nulls lies in it (a
@@ -219,54 +312,9 @@ pub struct Errors {
     pub first_bad_block: u32,
     /// The thread (linear index in its block) of the first bad free.
     pub first_bad_thread: u32,
-    /// The kernel of the first bad free, where the simulator ran it (the
-    /// host fills it in: [`first_bad_kernel`]); `None` on a GPU, whose
-    /// device code does not know which kernel it runs in.
-    pub first_bad_kernel: Option<&'static str>,
-}
-
-/// The kernels of the first bad frees that ran in the simulator, by their
-/// error record's address (a record keeps block and thread in device
-/// memory; a kernel's name has no room there and, on a GPU, no source).
-#[cfg(not(target_arch = "nvptx64"))]
-static FIRST_BAD_KERNELS: std::sync::Mutex<std::vec::Vec<(u64, &'static str)>> =
-    std::sync::Mutex::new(std::vec::Vec::new());
-
-/// The kernel whose lane made the first bad free recorded by the error
-/// record at `record` (a device heap's address plus `Layout::errors`), if
-/// the simulator ran it. Always `None` on a GPU.
-pub fn first_bad_kernel(record: u64) -> Option<&'static str> {
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let kernels = FIRST_BAD_KERNELS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        kernels
-            .iter()
-            .find(|&&(at, _)| at == record)
-            .map(|&(_, name)| name)
-    }
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let _ = record;
-        None
-    }
-}
-
-/// Remembers that the simulator's running kernel made the first bad free
-/// recorded at `record` (a record at that address before, of a heap since
-/// dropped, is forgotten).
-#[cfg(not(target_arch = "nvptx64"))]
-fn remember_first_bad_kernel(record: u64) {
-    let name = warpalloc_sim::kernel_name();
-    if name.is_empty() {
-        return;
-    }
-    let mut kernels = FIRST_BAD_KERNELS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    kernels.retain(|&(at, _)| at != record);
-    kernels.push((record, name));
+    /// The kernel of the first bad free, when it was defined with
+    /// `kernel!` (or called [`crate::kernel_ended`] last) and has ended.
+    pub first_bad_kernel: Option<KernelName>,
 }
 
 impl core::fmt::Debug for Errors {
@@ -307,6 +355,13 @@ impl core::fmt::Display for Errors {
     }
 }
 
+/// The calling lane's block (linear) above 32 bits, its thread in the
+/// block (linear) below.
+#[inline(always)]
+fn place() -> u64 {
+    (simt::block_linear() << 32) | u64::from(simt::thread_linear())
+}
+
 impl ErrorRecord {
     #[cfg(not(loom))]
     pub(crate) const fn new() -> Self {
@@ -316,19 +371,65 @@ impl ErrorRecord {
             out_of_memory: AtomicU64::new(0),
             first_bad_address: AtomicU64::new(0),
             first_bad_place: AtomicU64::new(0),
+            first_bad_grid: AtomicU64::new(0),
+            first_bad_kernel_len: AtomicU64::new(0),
+            first_bad_kernel: NameBytes(core::cell::UnsafeCell::new([0; KERNEL_NAME_BYTES])),
         }
     }
 
     /// Counts a bad free of `addr` in `counter` and keeps the first address,
-    /// with the block and thread that freed it.
+    /// with the block, thread and launch that freed it (its kernel's name
+    /// follows when the kernel ends: `kernel_ended`).
     pub(crate) fn record(&self, counter: &AtomicU64, addr: u64) {
         counter.fetch_add(1);
         if self.first_bad_address.compare_exchange(0, addr).is_ok() {
-            let place = (simt::block_linear() << 32) | u64::from(simt::thread_linear());
-            self.first_bad_place.store(place, Ordering::Relaxed);
-            #[cfg(not(target_arch = "nvptx64"))]
-            remember_first_bad_kernel(self as *const ErrorRecord as u64);
+            self.first_bad_place.store(place(), Ordering::Relaxed);
+            self.first_bad_grid
+                .store(simt::grid_id(), Ordering::Relaxed);
         }
+    }
+
+    /// The calling lane's kernel, `name`, ends: if the lane made the first
+    /// bad free this record keeps, the record gets the name. One load a
+    /// lane otherwise (every lane of the launch that made it: a few more).
+    /// The lane's own earlier stores (`record`) are visible to it, so the
+    /// lane that made the free always finds itself.
+    #[inline(always)]
+    pub(crate) fn kernel_ended(&self, name: &str) {
+        if self.first_bad_grid.load(Ordering::Relaxed) == simt::grid_id() {
+            self.name_first_bad(name);
+        }
+    }
+
+    /// [`ErrorRecord::kernel_ended`] in the launch that made the first bad
+    /// free: the one lane it names writes the name, then its length.
+    #[cold]
+    #[inline(never)]
+    fn name_first_bad(&self, name: &str) {
+        if self.first_bad_address.load(Ordering::Relaxed) == 0
+            || self.first_bad_place.load(Ordering::Relaxed) != place()
+            || self.first_bad_kernel_len.load(Ordering::Relaxed) != 0
+        {
+            return;
+        }
+        // Byte by byte, in a loop that is not unrolled (its index passes
+        // through `opaque_u32`): packed into words, or unrolled, the copy
+        // held registers that every allocating kernel paid for (2 more on
+        // sm_75, and on sm_80's `free_only`; ptxas, 2026-12-05).
+        let to = self.first_bad_kernel.0.get().cast::<u8>();
+        let bytes = name.as_bytes();
+        let n = bytes.len().min(KERNEL_NAME_BYTES) as u32;
+        let mut i = 0;
+        while i < n {
+            // SAFETY: `i < KERNEL_NAME_BYTES`; this lane is the one writer
+            // (the record names its grid, block and thread, and the length
+            // is still 0), and nothing reads the bytes before the kernel
+            // ends.
+            unsafe { to.add(i as usize).write(bytes[i as usize]) };
+            i = simt::opaque_u32(i + 1);
+        }
+        self.first_bad_kernel_len
+            .store(name.len() as u64, Ordering::Relaxed);
     }
 
     /// The counts now.
@@ -340,7 +441,16 @@ impl ErrorRecord {
             first_bad_address: self.first_bad_address.load(Ordering::Relaxed),
             first_bad_block: (self.first_bad_place.load(Ordering::Relaxed) >> 32) as u32,
             first_bad_thread: self.first_bad_place.load(Ordering::Relaxed) as u32,
-            first_bad_kernel: None,
+            first_bad_kernel: match self.first_bad_kernel_len.load(Ordering::Relaxed) {
+                0 => None,
+                len => Some(KernelName {
+                    // SAFETY: written before the length that was read
+                    // non-zero, by a lane whose kernel has ended (the host
+                    // reads a copy after it synchronised).
+                    bytes: unsafe { self.first_bad_kernel.0.get().read() },
+                    len,
+                }),
+            },
         }
     }
 }
@@ -558,7 +668,7 @@ pub struct Layout {
 /// Words of [`Layout::words`].
 pub const LAYOUT_WORDS: usize = 15;
 /// Word 0 of [`Layout::words`]: "WAHEAP" and a format number.
-pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0006;
+pub const LAYOUT_MAGIC: u64 = 0x5741_4845_4150_0007;
 
 impl Layout {
     /// The layout as the words of the `WARPALLOC_HEAP_LAYOUT` global:
@@ -634,9 +744,10 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use super::{ConfigValues, Errors};
+    use super::{ConfigValues, ErrorRecord, Errors};
     use crate::guard::SLOT_ADDR_LIMIT;
     use std::format;
+    use std::string::ToString;
 
     #[test]
     fn a_region_ends_where_slot_words_can_name_its_slabs() {
@@ -652,6 +763,27 @@ mod tests {
         let past = region(SLOT_ADDR_LIMIT - (4 << 21), 16 << 21).clamped();
         assert_eq!(past.region_base + past.region_len, SLOT_ADDR_LIMIT);
         assert_eq!(region(SLOT_ADDR_LIMIT, 1 << 30).clamped().region_len, 0);
+    }
+
+    #[test]
+    fn a_record_keeps_its_first_bad_free_s_kernel_and_cuts_a_long_name() {
+        // Outside a launch: grid 0, block 0, thread 0 — the record's lane.
+        let record = ErrorRecord::new();
+        record.kernel_ended("before_any_bad_free");
+        assert_eq!(record.snapshot().first_bad_kernel, None);
+        record.record(&record.invalid_frees, 0x7f00_0000_0010);
+        // 50 bytes: 47 of ASCII, a 2-byte character, one more byte.
+        let long = "a_kernel_with_a_rather_long_name_for_the_recordéx";
+        assert_eq!(long.len(), 50);
+        record.kernel_ended(long);
+        let kept = record.snapshot().first_bad_kernel.expect("a name");
+        assert!(kept.is_cut());
+        // 48 bytes would end inside the "é": the whole characters.
+        assert_eq!(kept.as_str(), &long[..47]);
+        assert_eq!(kept.to_string(), format!("{}…", &long[..47]));
+        // Written once: a later end does not rename it.
+        record.kernel_ended("another");
+        assert_eq!(record.snapshot().first_bad_kernel, Some(kept));
     }
 
     #[test]

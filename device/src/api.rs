@@ -32,6 +32,11 @@
 //! the blocks the warp freed last (its bitfield walk starts at the warp's
 //! own word), so a double free after the warp's next malloc of that class
 //! is rarely caught.
+//!
+//! The heap's error record keeps the first bad free: its address, block and
+//! thread, and — once its kernel has ended, where the kernel was defined
+//! with [`kernel!`](crate::kernel!) or calls [`kernel_ended`] last — its
+//! kernel's name, on a GPU as in the simulator.
 
 use core::alloc::{GlobalAlloc, Layout};
 
@@ -75,6 +80,25 @@ pub const UNLINKED: &str = "a kernel allocated, but no heap serves its module: l
 fn unlinked_allocation() {
     if warpalloc_sim::in_launch() {
         panic!("kernel `{}`: {UNLINKED}", warpalloc_sim::kernel_name());
+    }
+}
+
+/// The end of kernel `name` on the calling lane. [`kernel!`](crate::kernel!)
+/// calls it last in every kernel it defines; a kernel defined otherwise
+/// (another stack's `#[kernel]`) may call it as its last statement. If
+/// the lane made the first bad free that its heap's error record keeps
+/// (`Errors::first_bad_kernel`), the record gets `name`: a GPU's device
+/// code knows which kernel runs only where the kernel says so. It costs a
+/// call and one load a lane where a heap is linked.
+///
+/// Out of line: inlined into the kernel, ptxas gave the sm_80 module's
+/// `free_only` 28 registers on sm_80 (budget 26), and the name's copy
+/// packed into words 2 more to every allocating kernel on sm_75
+/// (2026-12-05).
+#[inline(never)]
+pub fn kernel_ended(name: &str) {
+    if let Some(heap) = heap() {
+        heap.kernel_ended(name);
     }
 }
 

@@ -374,7 +374,8 @@ macro_rules! kernel {
                 #[inline(always)]
                 unsafe fn run(&self) {
                     // SAFETY: forwarded from the caller of `run`.
-                    unsafe { body($( self.$arg ),*) }
+                    unsafe { body($( self.$arg ),*) };
+                    $crate::kernel_ended(NAME);
                 }
 
                 fn for_each_param(&mut self, f: &mut dyn FnMut(*mut ::core::ffi::c_void)) {
@@ -426,7 +427,8 @@ macro_rules! kernel {
             #[unsafe(no_mangle)]
             pub unsafe extern "ptx-kernel" fn $name($( $arg: $ty ),*) {
                 // SAFETY: forwarded from the launcher, who owns the contract.
-                unsafe { body($( $arg ),*) }
+                unsafe { body($( $arg ),*) };
+                $crate::kernel_ended(NAME);
             }
         }
     };

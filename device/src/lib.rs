@@ -88,11 +88,13 @@ pub mod slab;
 pub mod sync;
 
 #[cfg(not(loom))]
-pub use abi::{ClassCounts, Errors, Traffic};
+pub use abi::{ClassCounts, Errors, KernelName, Traffic};
 #[cfg(all(not(loom), not(target_arch = "nvptx64")))]
 pub use api::is_global_allocator;
 #[cfg(not(loom))]
-pub use api::{WarpAlloc, aligned_alloc, calloc, free, heap, malloc, realloc, usable_size};
+pub use api::{
+    WarpAlloc, aligned_alloc, calloc, free, heap, kernel_ended, malloc, realloc, usable_size,
+};
 #[cfg(not(loom))]
 pub use heap::DeviceHeap;
 

@@ -1066,12 +1066,7 @@ impl Heap {
                 region: &region,
             })
             .map_err(|e| HostError::HeapCorrupt(e.to_string()))?;
-        let mut device = copy.errors();
-        if device.first_bad_address != 0 {
-            // Known where the simulator ran the kernel (never on a GPU).
-            device.first_bad_kernel =
-                warpalloc_device::abi::first_bad_kernel(self.device_heap() + LAYOUT.errors);
-        }
+        let device = copy.errors();
         Ok(HeapStats {
             region: region.stats(),
             device,

@@ -130,6 +130,7 @@ pub(crate) struct LaneCtx {
     pub(crate) binding: usize,
     pub(crate) capability: (u32, u32),
     pub(crate) kernel: &'static str,
+    pub(crate) grid: u64,
     pub(crate) clock: Arc<Clock>,
     pub(crate) accesses: Arc<Accesses>,
     /// The lane's dependent global round trips so far: its atomic loads and
@@ -228,6 +229,12 @@ pub fn grid_dim() -> (u32, u32, u32) {
 /// ([`crate::LaunchConfig::kernel`]); "" outside a launch or when not set.
 pub fn kernel_name() -> &'static str {
     with_ctx(|c| c.kernel).unwrap_or("")
+}
+
+/// The launch's grid id, as `%gridid` on a GPU: distinct for every launch
+/// of the process (1, 2, 3…); 0 outside a launch.
+pub fn grid_id() -> u64 {
+    with_ctx(|c| c.grid).unwrap_or(0)
 }
 
 /// The launch's binding word (see [`crate::LaunchConfig::binding`]); 0

@@ -76,8 +76,8 @@ pub use config::{CONVERGED_PATIENCE, Convergence, DEFAULT_CAPABILITY, Fibers, La
 pub use error::{LaneReport, LaneState, SimError, SimErrorKind};
 pub use lane::{
     Access, EVENTS, activemask, ballot, binding, block_dim, block_idx, capability, clock,
-    count_access_at, count_event, count_round_trip, grid_dim, in_launch, kernel_name, lane_id,
-    match_any, shfl, sleep, switch_point, syncwarp, thread_idx, wait_on_host, warp_id,
+    count_access_at, count_event, count_round_trip, grid_dim, grid_id, in_launch, kernel_name,
+    lane_id, match_any, shfl, sleep, switch_point, syncwarp, thread_idx, wait_on_host, warp_id,
 };
 pub use launch::{LaunchStats, launch};
 

@@ -42,7 +42,12 @@ pub(crate) struct Shared {
     pub(crate) start: Instant,
     /// Read-modify-writes per address, when the launch counts them.
     pub(crate) by_address: Option<Arc<Mutex<HashMap<usize, u64>>>>,
+    /// The launch's grid id ([`crate::grid_id`]).
+    pub(crate) grid: u64,
 }
+
+/// The last grid id handed out: launches of one process get 1, 2, 3…
+static GRIDS: AtomicU64 = AtomicU64::new(0);
 
 impl Shared {
     pub(crate) fn new() -> Self {
@@ -52,6 +57,7 @@ impl Shared {
             stuck: Mutex::new(Vec::new()),
             start: Instant::now(),
             by_address: None,
+            grid: GRIDS.fetch_add(1, Ordering::Relaxed) + 1,
         }
     }
 
@@ -344,6 +350,7 @@ impl<'a> Worker<'a> {
                     binding: cfg.binding,
                     capability: cfg.capability,
                     kernel: cfg.kernel,
+                    grid: self.shared.grid,
                     clock: Arc::clone(&self.clock),
                     accesses: Arc::clone(&self.accesses),
                     trips: AtomicU64::new(0),

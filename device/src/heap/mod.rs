@@ -197,7 +197,6 @@ pub const LAYOUT: Layout = Layout {
 const _: () = assert!(core::mem::size_of::<Guard>() == 8);
 // The host clears the refusal record with a 4-byte write of 0.
 const _: () = assert!(core::mem::size_of::<AtomicU32>() == 4);
-const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 5 * 8);
 const _: () = assert!(core::mem::size_of::<Counters>() == 6 * 8);
 // What the host allocates, copies to read (`stats`, `check`) and writes
 // back (`trim`): about 2.6 MiB, most of it the granule table and the pool's
@@ -576,6 +575,14 @@ impl DeviceHeap {
             Target::Large { granule, granules } => self.free_large(granule, granules, addr),
             Target::Slab { granule, slot } => self.free_small(slab_lanes, granule, slot, addr),
         }
+    }
+
+    /// The calling lane's kernel, `name`, ends: the error record takes the
+    /// name if the lane made the first bad free it keeps
+    /// ([`crate::kernel_ended`]).
+    #[inline(always)]
+    pub fn kernel_ended(&self, name: &str) {
+        self.errors.kernel_ended(name);
     }
 
     /// Counts `ptr` as an invalid free (a `realloc` of a pointer the heap

@@ -149,6 +149,14 @@ pub fn warp_slot() -> u32 {
     imp::warp_slot()
 }
 
+/// The caller's launch: `%gridid` on the GPU (a grid identifier that no
+/// other grid of the context shares while the context lives), in the
+/// simulator the launch's number in the process (1, 2, 3…).
+#[inline(always)]
+pub fn grid_id() -> u64 {
+    imp::grid_id()
+}
+
 /// The multiprocessor the caller's warp runs on, for spreading warps over
 /// several copies of a hot word (the heap's per-class hints): on the GPU
 /// `%smid` (read where used; it may change when a warp is preempted, which

@@ -106,6 +106,16 @@ pub(super) fn sm_id() -> u32 {
 }
 
 #[inline(always)]
+pub(super) fn grid_id() -> u64 {
+    let grid: u64;
+    // SAFETY: reading a special register has no preconditions.
+    unsafe {
+        core::arch::asm!("mov.u64 {0}, %gridid;", out(reg64) grid, options(nomem, nostack));
+    }
+    grid
+}
+
+#[inline(always)]
 pub(super) fn thread_idx() -> Dim3 {
     Dim3 {
         x: sreg!(sreg_tid_x),

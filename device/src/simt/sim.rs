@@ -33,6 +33,11 @@ pub(super) fn sm_id() -> u32 {
 }
 
 #[inline]
+pub(super) fn grid_id() -> u64 {
+    sim::grid_id()
+}
+
+#[inline]
 pub(super) fn thread_idx() -> Dim3 {
     dim(sim::thread_idx())
 }
