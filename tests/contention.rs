@@ -201,7 +201,7 @@ const COLD: Bounds = Bounds {
 /// 8 KiB.
 ///
 /// Tightened to the targets where five runs left room, and toward
-/// them elsewhere (2026-12-05, 09:35 UTC, five runs of the code at
+/// them elsewhere (2026-12-05, 09:20 UTC, five runs of the code at
 /// `3fcc483`, warm, least to most over the runs and cases): sleep per pair
 /// 0 to 6 ns (bound 250 → 50, the target); fences per pair 1.13 to 3.49
 /// (4.5 → 4, the target; cold 1.13 to 3.53); guard RMWs per group-pair
