@@ -304,7 +304,7 @@ fn stress_shows_heap_traffic_for_every_kernel() {
     assert!(ok, "{text}");
     let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let kernels = report["kernels"].as_array().expect("kernels");
-    assert_eq!(kernels.len(), 7, "{text}");
+    assert_eq!(kernels.len(), 8, "{text}");
     for k in kernels {
         let name = k["kernel"].as_str().unwrap_or("?");
         let traffic = k["heap_traffic"].as_u64().expect("heap_traffic");
@@ -854,4 +854,34 @@ fn stress_on_a_pool_with_fallback_gets_no_null() {
     assert_eq!(report["mapped_after_trim"], 2 * 2 * 1024 * 1024);
     let (ok, text) = warpalloc(&["--simulator", "stress", "--pool-fallback"]);
     assert!(!ok && text.contains("--pool-slabs"), "{text}");
+}
+
+#[test]
+fn stress_bad_input_counts_exactly_what_it_made_and_the_record_names_the_kernel() {
+    // 128 threads: each frees a pointer into its block's middle, reallocs
+    // it, frees its block twice, and frees a pointer the heap never handed
+    // out. The run passes only if the heap counted exactly those and its
+    // error record names a thread of `bad_input` (`run_bad_input`).
+    let args = [
+        "--simulator",
+        "stress",
+        "--kernels",
+        "bad_input",
+        "--blocks",
+        "2",
+        "--threads",
+        "64",
+        "--json",
+    ];
+    let (ok, text) = warpalloc(&args);
+    assert!(ok, "{text}");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let bad = &report["kernels"][0];
+    assert_eq!(bad["kernel"], "bad_input", "{bad}");
+    assert_eq!(
+        (bad["double_frees"].as_u64(), bad["invalid_frees"].as_u64()),
+        (Some(128), Some(3 * 128)),
+        "{bad}"
+    );
+    assert_eq!(bad["problems"].as_array().map(Vec::len), Some(0), "{bad}");
 }

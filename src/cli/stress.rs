@@ -13,8 +13,8 @@ use warpalloc_host::HostError;
 use warpalloc_host::backing::GRANULE;
 use warpalloc_kernels_tests::collections::collections;
 use warpalloc_kernels_tests::stress::{
-    STATS_WORDS, SWEEP_SIZES, Stats, aligned, churn, drain, drain_transfer, fill, lifetimes,
-    resize, size_sweep,
+    STATS_WORDS, SWEEP_SIZES, Stats, aligned, bad_input, churn, drain, drain_transfer, fill,
+    lifetimes, resize, size_sweep,
 };
 
 use super::common::{
@@ -32,6 +32,7 @@ pub const KERNELS: &[&str] = &[
     "lifetimes",
     "collections",
     "resize",
+    "bad_input",
 ];
 
 /// What `stress` runs.
@@ -124,6 +125,9 @@ struct Outcome {
     threads: u64,
     elapsed: Duration,
     problems: Vec<String>,
+    /// The double and invalid frees the kernel makes on purpose
+    /// (`bad_input`); any others are a failure.
+    bad_frees: (u64, u64),
 }
 
 fn outcome(stats: Stats, threads: u64, elapsed: Duration) -> Outcome {
@@ -132,6 +136,7 @@ fn outcome(stats: Stats, threads: u64, elapsed: Duration) -> Outcome {
         threads,
         elapsed,
         problems: Vec::new(),
+        bad_frees: (0, 0),
     }
 }
 
@@ -346,6 +351,62 @@ fn run_resize(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
     ))
 }
 
+/// Bad input on every thread (`bad_input`): nulls for impossible sizes and
+/// alignments; for each thread that got its block, an invalid free of a
+/// pointer into its middle, an invalid `realloc` of that pointer and a
+/// double free; and on every thread an invalid free of a pointer the heap
+/// never handed out. The heap must count exactly those, corrupt nothing
+/// (the block's pattern, and the foreign memory, read back), and — where
+/// they are the heap's first bad frees — its error record must name the
+/// kernel and a block and thread of the grid: on a GPU, the kernel's name
+/// comes from the device (`kernel_ended`).
+fn run_bad_input(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
+    let stats = buffer::<u64>(heap, STATS_WORDS)?;
+    let foreign = buffer::<u64>(heap, 8)?;
+    let first_before = heap.stats()?.device.first_bad_address;
+    let elapsed = launch(
+        heap,
+        a.blocks,
+        a.threads,
+        bad_input::Args {
+            stats: stats.kernel_ptr(),
+            foreign: foreign.kernel_ptr().addr() as u64,
+        },
+    )?;
+    let mut s = read_stats(heap, &stats)?;
+    let threads = u64::from(a.blocks * a.threads);
+    // `bad_input` counts the threads that got (and at last freed) their
+    // block in `frees`, and each malloc it made of them.
+    s.allocs = s.frees;
+    let mut o = outcome(s, threads, elapsed);
+    o.bad_frees = (s.frees, 2 * s.frees + threads);
+    if s.frees + s.nulls != threads {
+        o.problems.push(format!(
+            "{} of {threads} threads finished",
+            s.frees + s.nulls
+        ));
+    }
+    if read(heap, &foreign)?.iter().any(|&w| w != 0) {
+        o.problems
+            .push("memory outside the heap was written".to_string());
+    }
+    let e = heap.stats()?.device;
+    if first_before == 0 {
+        let kernel = e.first_bad_kernel.map(|k| k.to_string());
+        if kernel.as_deref() != Some("bad_input")
+            || u64::from(e.first_bad_block) >= u64::from(a.blocks)
+            || e.first_bad_thread >= a.threads
+        {
+            o.problems.push(format!(
+                "the error record names block {} thread {} of kernel {kernel:?}, not a thread of \
+                 `bad_input`'s grid ({} blocks of {})",
+                e.first_bad_block, e.first_bad_thread, a.blocks, a.threads
+            ));
+        }
+    }
+    Ok(o)
+}
+
 /// Runs the stress kernels on `heap` and reports; `progress` shows a bar.
 pub fn stress(
     heap: &mut Heap,
@@ -408,6 +469,7 @@ pub fn stress(
             "lifetimes" => run_lifetimes(heap, a),
             "collections" => run_collections(heap, a),
             "resize" => run_resize(heap, a),
+            "bad_input" => run_bad_input(heap, a),
             other => {
                 problems.push(format!(
                     "unknown kernel {other:?} (known: {})",
@@ -418,6 +480,7 @@ pub fn stress(
             }
         };
         let o = result?;
+        let bad_frees = o.bad_frees;
         let after = heap.stats()?;
         // The kernel's own nulls by class: the pool's shortfall during it.
         let mut during = after;
@@ -500,10 +563,10 @@ pub fn stress(
                 .problems
                 .push(format!("{} allocations but {} frees", s.allocs, s.frees));
         }
-        if report.double_frees + report.invalid_frees != 0 {
+        if (report.double_frees, report.invalid_frees) != bad_frees {
             report.problems.push(format!(
-                "the heap counted {} double and {} invalid frees",
-                report.double_frees, report.invalid_frees
+                "the heap counted {} double and {} invalid frees ({} and {} made on purpose)",
+                report.double_frees, report.invalid_frees, bad_frees.0, bad_frees.1
             ));
         }
         if progress && !std::io::stderr().is_terminal() {
