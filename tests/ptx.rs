@@ -327,10 +327,14 @@ fn assemble_capped(column: usize, max_registers: u32) -> PtxasReport {
 fn allocator_paths_stay_within_their_register_budgets() {
     // (kernel, registers: the sm_75 module for sm_75, for sm_90; the sm_80
     // module for sm_80, for sm_90)
+    // sm_75 `malloc_only` 40 → 42 and `malloc_free_once` 42 → 44 on
+    // 2026-12-05 (the exhausted mark read after the blind lock, a round
+    // trip off the path of every malloc of 16 B to 2 KiB; within
+    // `FREE_UP_TO`: no warp lost on Turing). BENCHMARKS.md.
     const BUDGETS: &[(&str, [u32; 4])] = &[
-        ("malloc_only", [40, 42, 44, 42]),
+        ("malloc_only", [42, 42, 44, 42]),
         ("free_only", [24, 26, 26, 26]),
-        ("malloc_free_once", [42, 46, 46, 46]),
+        ("malloc_free_once", [44, 46, 46, 46]),
         ("alloc_free", [54, 58, 56, 58]),
     ];
     let mut failures = String::new();

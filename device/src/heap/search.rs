@@ -269,10 +269,24 @@ impl Found {
 /// What the look filtered, a blind lock meets as it is (all rare for a
 /// stream's own hint, whose slot held the warp's last slab of the class):
 /// a slab with room for part of the group only (the rest scan again at
-/// once), another class's creation (the group is counted on it, as a free
-/// is), an empty slot (claimed at once, without `look_or_claim`'s look for
-/// an emptied slab of the class: `create_alone` still looks, and gives
-/// the claim up for one it finds).
+/// once), a creation (the group is counted on it, as a free is, and the
+/// scan looks at the slot again), an empty slot (passed: the blind lock
+/// claims nothing, and the scan looks at the slot again, then claims it
+/// through `look_or_claim`).
+///
+/// Claiming nothing, the blind lock needs no exhausted mark (which says
+/// whether a scan may claim): the scan reads the mark only after it
+/// (`search_bounds`), off the path of a malloc that finds room at its
+/// hint. In the contention test's warm launches (2026-12-05, 09:53 UTC,
+/// three runs) the path went from 8 to 7 round trips per pair at 16 and 64
+/// B and from 9 to 8 at 1 KiB; on a GPU the mark's load came after the
+/// hint's (atomics are `asm` the compiler keeps in order, and the hint's
+/// value picks between two loads), one more round trip in series. Cold,
+/// guard RMWs per group-pair 3.27 → 3.52 at 16 and 64 B: a class's first
+/// creation is met by blind locks, which count on it and look again.
+/// ptxas: sm_75 `malloc_only` 40 → 42 and `malloc_free_once` 42 → 44
+/// registers, within what costs a Turing SM no warp (`tests/ptx.rs`,
+/// `FREE_UP_TO`); sm_80 and sm_90 unchanged.
 const BLIND_LOCK_USABLE: u32 = 1024;
 
 /// The slot a class's first scan starts from (its hint until it has one): a
@@ -460,24 +474,22 @@ impl DeviceHeap {
         let geo = geometry(class);
         let slot_count = self.slot_count();
         let hint = self.hint(class, slot_count);
-        // Out of memory (the provider refused a slab, none came back since):
-        // claim no empty slot unless a slab went empty or the pool has one,
-        // and look at the hint and a bounded window only.
-        let probe = self.is_exhausted() && !self.slab_at_hand();
-        let may_claim = !probe;
-        let limit = if probe {
-            EXHAUSTED_WINDOW.min(slot_count)
-        } else {
-            slot_count
-        };
-        let claim = if may_claim { creation_tag(class, n) } else { 0 };
         let mut offset = 0u32;
         let mut retries = 0u32;
         // The hint's slot is locked without a look first in classes of
         // many blocks a slab (`BLIND_LOCK_USABLE`), whose hint slab is
-        // seldom full: the look's load off the path.
+        // seldom full: the look's load off the path. The blind lock claims
+        // nothing (an empty hint slot is passed), so the exhausted mark is
+        // read only after it (`limit` is `u32::MAX` until then): off the
+        // path of a malloc that finds room there.
         let mut blind = geo.usable >= BLIND_LOCK_USABLE;
+        let (mut limit, mut claim) = (u32::MAX, 0);
         while offset <= limit {
+            if !blind && limit == u32::MAX {
+                let bounds = self.search_bounds(class, n, slot_count);
+                (limit, claim) = ((bounds >> 32) as u32, bounds as u32);
+            }
+            let may_claim = claim != 0;
             // The hint, then the slots after it: a class's full slabs
             // before its hint are not walked again, so the cost of finding
             // room does not grow with the class's slabs.
@@ -546,8 +558,8 @@ impl DeviceHeap {
                         }
                     }
                     Lock::Claimed => {
-                        // Empty at the lock (emptied since the look, or a
-                        // blind lock's slot): claimed at once.
+                        // Empty at the lock (emptied since the look):
+                        // claimed at once.
                         record(Event::Claim);
                         return (0, (CLAIMED << OUTCOME_SHIFT) | index);
                     }
@@ -618,6 +630,24 @@ impl DeviceHeap {
             offset += 1;
         }
         (0, NOTHING << OUTCOME_SHIFT)
+    }
+
+    /// How far a scan of `n` lanes of `class` goes and what it may claim
+    /// with, as `limit << 32 | claim`: out of memory (the provider refused
+    /// a slab, none came back since), it claims no empty slot (`claim` 0)
+    /// unless a slab went empty or the pool has one, and looks at the hint
+    /// and a bounded window only; else the whole table, claiming with a
+    /// creation tag. Out of line: read once a scan, after its blind lock.
+    #[cold]
+    #[inline(never)]
+    fn search_bounds(&self, class: usize, n: u32, slot_count: u32) -> u64 {
+        let probe = self.is_exhausted() && !self.slab_at_hand();
+        let (limit, claim) = if probe {
+            (EXHAUSTED_WINDOW.min(slot_count), 0)
+        } else {
+            (slot_count, creation_tag(class, n))
+        };
+        u64::from(limit) << 32 | u64::from(claim)
     }
 
     /// The scan of `group` (all calling) met empty slot `index`, which it
