@@ -104,6 +104,7 @@ fn stress_in_the_simulator_reports_ok() {
         "lifetimes",
         "collections",
         "resize",
+        "bad_input",
     ] {
         assert!(text.contains(kernel), "{kernel} missing: {text}");
     }
@@ -858,10 +859,11 @@ fn stress_on_a_pool_with_fallback_gets_no_null() {
 
 #[test]
 fn stress_bad_input_counts_exactly_what_it_made_and_the_record_names_the_kernel() {
-    // 128 threads: each frees a pointer into its block's middle, reallocs
-    // it, frees its block twice, and frees a pointer the heap never handed
-    // out. The run passes only if the heap counted exactly those and its
-    // error record names a thread of `bad_input` (`run_bad_input`).
+    // One warp, whatever the grid asked for (`run_bad_input`): each lane
+    // frees a pointer into its block's middle, reallocs it, frees its block
+    // twice, and frees a pointer the heap never handed out. The run passes
+    // only if the heap counted exactly those and its error record names a
+    // lane of `bad_input`.
     let args = [
         "--simulator",
         "stress",
@@ -878,9 +880,10 @@ fn stress_bad_input_counts_exactly_what_it_made_and_the_record_names_the_kernel(
     let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let bad = &report["kernels"][0];
     assert_eq!(bad["kernel"], "bad_input", "{bad}");
+    assert_eq!(bad["threads"], 32, "{bad}");
     assert_eq!(
         (bad["double_frees"].as_u64(), bad["invalid_frees"].as_u64()),
-        (Some(128), Some(3 * 128)),
+        (Some(32), Some(3 * 32)),
         "{bad}"
     );
     assert_eq!(bad["problems"].as_array().map(Vec::len), Some(0), "{bad}");

@@ -24,8 +24,9 @@
 //! [`DeviceHeap`]: crate::DeviceHeap
 
 use crate::simt;
+use crate::simt::Scope;
 use crate::size_class::CLASS_COUNT;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 
 /// The module global that links a module to its heap (a [`HeapLink`]).
 pub const HEAP_SYMBOL: &str = "WARPALLOC_HEAP";
@@ -233,14 +234,19 @@ pub struct ErrorRecord {
 }
 
 /// The bytes of an [`ErrorRecord`]'s kernel name: plain bytes, written by
-/// one lane before it writes the length (`name_first_bad`), read by the
-/// host once the kernel has ended.
+/// one lane (the one whose compare-and-swap took the length from 0) before
+/// it stores the length, read only after the length is seen
+/// (`snapshot`, with an acquire fence).
 #[repr(transparent)]
 pub struct NameBytes(core::cell::UnsafeCell<[u8; KERNEL_NAME_BYTES]>);
 
-// SAFETY: one lane writes the bytes (the one the record names, once) and
-// nothing reads them while it may (the host reads after the kernel ends).
+// SAFETY: one lane writes the bytes, once (the compare-and-swap on the
+// length elects it), and a reader reads them only after it has seen the
+// length that lane stores after them, through a release/acquire fence pair.
 unsafe impl Sync for NameBytes {}
+
+/// The length word while the elected lane writes the name.
+const NAME_BEING_WRITTEN: u64 = u64::MAX;
 
 impl core::fmt::Debug for NameBytes {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -402,13 +408,21 @@ impl ErrorRecord {
     }
 
     /// [`ErrorRecord::kernel_ended`] in the launch that made the first bad
-    /// free: the one lane it names writes the name, then its length.
+    /// free: the lane it names writes the name, then its length. The
+    /// writer is the lane whose compare-and-swap took the length from 0 to
+    /// [`NAME_BEING_WRITTEN`]: a lane of the launch that read the new grid
+    /// before the new place (two relaxed stores) may take itself for the
+    /// lane the record names, but it is of the same kernel, and only one
+    /// lane writes.
     #[cold]
     #[inline(never)]
     fn name_first_bad(&self, name: &str) {
         if self.first_bad_address.load(Ordering::Relaxed) == 0
             || self.first_bad_place.load(Ordering::Relaxed) != place()
-            || self.first_bad_kernel_len.load(Ordering::Relaxed) != 0
+            || self
+                .first_bad_kernel_len
+                .compare_exchange(0, NAME_BEING_WRITTEN)
+                .is_err()
         {
             return;
         }
@@ -422,12 +436,15 @@ impl ErrorRecord {
         let mut i = 0;
         while i < n {
             // SAFETY: `i < KERNEL_NAME_BYTES`; this lane is the one writer
-            // (the record names its grid, block and thread, and the length
-            // is still 0), and nothing reads the bytes before the kernel
-            // ends.
+            // (its compare-and-swap took the length from 0), and readers
+            // read the bytes only after they see the length this lane
+            // stores last (`snapshot`).
             unsafe { to.add(i as usize).write(bytes[i as usize]) };
             i = simt::opaque_u32(i + 1);
         }
+        // ORDERING: release (gpu): the name's bytes happen-before a read
+        // that sees the length; pairs with the acquire fence in `snapshot`.
+        fence(Ordering::Release, Scope::Gpu);
         self.first_bad_kernel_len
             .store(name.len() as u64, Ordering::Relaxed);
     }
@@ -442,14 +459,20 @@ impl ErrorRecord {
             first_bad_block: (self.first_bad_place.load(Ordering::Relaxed) >> 32) as u32,
             first_bad_thread: self.first_bad_place.load(Ordering::Relaxed) as u32,
             first_bad_kernel: match self.first_bad_kernel_len.load(Ordering::Relaxed) {
-                0 => None,
-                len => Some(KernelName {
-                    // SAFETY: written before the length that was read
-                    // non-zero, by a lane whose kernel has ended (the host
-                    // reads a copy after it synchronised).
-                    bytes: unsafe { self.first_bad_kernel.0.get().read() },
-                    len,
-                }),
+                0 | NAME_BEING_WRITTEN => None,
+                len => {
+                    // ORDERING: acquire (gpu): pairs with the release fence
+                    // in `name_first_bad` before the length we read: the
+                    // name's bytes are visible.
+                    fence(Ordering::Acquire, Scope::Gpu);
+                    Some(KernelName {
+                        // SAFETY: the one writer wrote the bytes before the
+                        // length we read (ordered by the fences above) and
+                        // writes them no more.
+                        bytes: unsafe { self.first_bad_kernel.0.get().read() },
+                        len,
+                    })
+                }
             },
         }
     }

@@ -60,8 +60,9 @@
 //! (an H200 holds 270 336 threads at once): far below the count field's
 //! 2^24, so an addition never reaches the class. A dead counter's garbage —
 //! failed acquires, at most 32 each, on an empty slot, a slab being taken
-//! over, or a creation (where a free's or an exhausted search's lanes count
-//! as waiters they are not: they only steer who waits) — is overwritten by
+//! over, or a creation (where a free's, an exhausted search's or a blind
+//! lock's lanes count as waiters they are not: they only steer who waits)
+//! — is overwritten by
 //! the next claim, takeover, vacate or publication; `LIVE` on an empty slot
 //! or a creation is no state the protocol makes, and is read as dead
 //! (`Seen::is_live`).
@@ -113,7 +114,8 @@ const _: () = assert!(LIVE.count_ones() == 1 && LIVE >> 31 == 1);
 
 /// [`Lock::Creating`]'s `waiting` when the caller met a publication in
 /// flight rather than a creation's dead counter, or did not register (it
-/// may not claim: a free, an exhausted heap's search).
+/// may not claim: a free, an exhausted heap's search, a scan's blind lock
+/// of its hint).
 pub const UNKNOWN_WAIT: u32 = u32::MAX;
 /// A creation tag's class sits above this bit; the lanes counted below.
 pub const TAG_SHIFT: u32 = 24;

@@ -7,7 +7,11 @@
 //!   (the kernel crate needs `#![feature(abi_ptx)]`), and
 //! * everywhere, a module of the same name holding `Args` (the parameters as a
 //!   `#[repr(C)]` struct that implements [`Kernel`]), `NAME`, and `body`, the
-//!   function itself — which the simulator runs on every lane.
+//!   function itself. A launch (the GPU's entry point, `Kernel::run` in the
+//!   simulator) runs `body` on every lane and then
+//!   [`kernel_ended`](crate::kernel_ended), which gives the heap's error
+//!   record the kernel's name if the lane made its first bad free; calling
+//!   `body` directly skips that.
 //!
 //! ```ignore
 //! warpalloc_device::kernel! {

@@ -118,7 +118,7 @@ pub use warpalloc_device::WarpAlloc;
 
 /// What the device heap reports: its error record, traffic and census.
 pub use warpalloc_device::heap::Census;
-pub use warpalloc_device::{ClassCounts, Errors, Traffic};
+pub use warpalloc_device::{ClassCounts, Errors, KernelName, Traffic};
 
 /// Kernels written once for the GPU and the simulator (`kernel!{}` defines
 /// them in the kernel crate).

@@ -4,7 +4,8 @@
 //! ```text
 //!   DeviceHeap (repr(C); abi.rs has the layout the host checks)
 //!   ├── config      slot count, provider, region                (host-written)
-//!   ├── errors      double / invalid frees, first bad address, OOM count
+//!   ├── errors      double / invalid frees, OOM count; the first bad free's
+//!   │               address, block, thread, launch and kernel name
 //!   ├── counters    slabs from the provider, reclaimed, given back; large
 //!   ├── mailbox     where the host's RPC ports are, and their lock bits
 //!   ├── pool        slabs mapped before launch (pool mode), a lock-free stack
@@ -145,7 +146,9 @@ const _: () = assert!(REGION_GRANULES >= MAX_SLOTS);
 const _: () = assert!(MAX_SLOTS.is_power_of_two() && MAX_SLOTS <= 1 << 30);
 const _: () = assert!(REGION_GRANULES.is_power_of_two());
 
-/// All allocator state of one heap. `repr(C)`, every field atomic, all-zero
+/// All allocator state of one heap. `repr(C)`, every field atomic (but the
+/// error record's kernel name, plain bytes with one writer:
+/// `abi::NameBytes`), all-zero
 /// is [`DeviceHeap::new`]: zeroed device memory is an unbound heap, and a
 /// host can copy the bytes.
 #[repr(C)]

@@ -269,10 +269,11 @@ impl Found {
 /// What the look filtered, a blind lock meets as it is (all rare for a
 /// stream's own hint, whose slot held the warp's last slab of the class):
 /// a slab with room for part of the group only (the rest scan again at
-/// once), a creation (the group is counted on it, as a free is, and the
-/// scan looks at the slot again), an empty slot (passed: the blind lock
-/// claims nothing, and the scan looks at the slot again, then claims it
-/// through `look_or_claim`).
+/// once), a creation (the group is counted on it, as a free is — as a
+/// waiter it is not: the creation's count is inflated by the group — and
+/// the scan looks at the slot again, registering there), an empty slot
+/// (the blind lock claims nothing: the scan looks at the slot again, and
+/// claims it through `look_or_claim`).
 ///
 /// Claiming nothing, the blind lock needs no exhausted mark (which says
 /// whether a scan may claim): the scan reads the mark only after it
@@ -282,8 +283,9 @@ impl Found {
 /// B and from 9 to 8 at 1 KiB; on a GPU the mark's load came after the
 /// hint's (atomics are `asm` the compiler keeps in order, and the hint's
 /// value picks between two loads), one more round trip in series. Cold,
-/// guard RMWs per group-pair 3.27 → 3.52 at 16 and 64 B: a class's first
-/// creation is met by blind locks, which count on it and look again.
+/// guard RMWs per group-pair 3.27 → 3.74 at 16 and 64 B (10:21 UTC): a
+/// class's first creation is met by blind locks, which count on it and
+/// then register on it after a look.
 /// ptxas: sm_75 `malloc_only` 40 → 42 and `malloc_free_once` 42 → 44
 /// registers, within what costs a Turing SM no warp (`tests/ptx.rs`,
 /// `FREE_UP_TO`); sm_80 and sm_90 unchanged.
@@ -627,7 +629,11 @@ impl DeviceHeap {
                 }
             }
             retries = 0;
-            offset += 1;
+            // After the blind lock (`limit` unknown until the next pass),
+            // the same slot again, now looked at: an empty hint slot, which
+            // the blind lock passed (it claims nothing), is claimed there,
+            // through `look_or_claim`, as a scan that looked first would.
+            offset += u32::from(limit != u32::MAX);
         }
         (0, NOTHING << OUTCOME_SHIFT)
     }
@@ -637,8 +643,8 @@ impl DeviceHeap {
     /// a slab, none came back since), it claims no empty slot (`claim` 0)
     /// unless a slab went empty or the pool has one, and looks at the hint
     /// and a bounded window only; else the whole table, claiming with a
-    /// creation tag. Out of line: read once a scan, after its blind lock.
-    #[cold]
+    /// creation tag. Out of line: read once a scan, after its blind lock
+    /// in classes of many blocks a slab, before its first look in others.
     #[inline(never)]
     fn search_bounds(&self, class: usize, n: u32, slot_count: u32) -> u64 {
         let probe = self.is_exhausted() && !self.slab_at_hand();
