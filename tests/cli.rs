@@ -16,6 +16,19 @@ fn warpalloc(args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// Runs `warpalloc` with `args` (which ask for `--json`), requires it to
+/// succeed, and returns its report.
+fn warpalloc_json(args: &[&str]) -> serde_json::Value {
+    let (ok, text) = warpalloc(args);
+    assert!(ok, "{text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}):
+{text}"
+        )
+    })
+}
+
 #[test]
 fn demo_in_the_simulator_gives_every_thread_a_unique_ticket() {
     for convergence in ["converged", "random"] {
@@ -289,7 +302,7 @@ fn stress_fails_loudly_on_a_planted_corruption() {
 /// allocator — and the report shows the heap's traffic for each.
 #[test]
 fn stress_shows_heap_traffic_for_every_kernel() {
-    let (ok, text) = warpalloc(&[
+    let report = warpalloc_json(&[
         "--simulator",
         "stress",
         "--blocks",
@@ -302,10 +315,8 @@ fn stress_shows_heap_traffic_for_every_kernel() {
         "1",
         "--json",
     ]);
-    assert!(ok, "{text}");
-    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let kernels = report["kernels"].as_array().expect("kernels");
-    assert_eq!(kernels.len(), 8, "{text}");
+    assert_eq!(kernels.len(), 8, "{report}");
     for k in kernels {
         let name = k["kernel"].as_str().unwrap_or("?");
         let traffic = k["heap_traffic"].as_u64().expect("heap_traffic");
@@ -772,9 +783,7 @@ fn stress_under_a_limit_prints_the_snapshot_and_spill_serves_it() {
         assert!(snapshot.contains(said), "{said:?} not in:\n{snapshot}");
     }
     let spill: Vec<&str> = args.iter().copied().chain(["--spill", "--json"]).collect();
-    let (ok, text) = warpalloc(&spill);
-    assert!(ok, "{text}");
-    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let report = warpalloc_json(&spill);
     let fill = &report["kernels"][0];
     assert_eq!(fill["kernel"], "fill");
     assert_eq!(fill["nulls"], 0, "{fill}");
@@ -788,7 +797,7 @@ fn stress_under_a_limit_prints_the_snapshot_and_spill_serves_it() {
 /// spilled; the other has nulls and its out-of-memory snapshot.
 #[test]
 fn bench_spill_case_pairs_a_spilled_run_with_one_that_got_nulls() {
-    let (ok, text) = warpalloc(&[
+    let report = warpalloc_json(&[
         "--simulator",
         "bench",
         "--cases",
@@ -797,13 +806,11 @@ fn bench_spill_case_pairs_a_spilled_run_with_one_that_got_nulls() {
         "2048",
         "--json",
     ]);
-    assert!(ok, "{text}");
-    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let rows = report["rows"].as_array().expect("rows");
     let row = |case: &str| {
         rows.iter()
             .find(|r| r["case"] == case)
-            .unwrap_or_else(|| panic!("no {case} row in {text}"))
+            .unwrap_or_else(|| panic!("no {case} row in {report}"))
     };
     let (off, on) = (row("spill off"), row("spill"));
     assert!(off["nulls"].as_u64() > Some(0), "{off}");
@@ -845,9 +852,7 @@ fn stress_on_a_pool_with_fallback_gets_no_null() {
         "1",
         "--json",
     ];
-    let (ok, text) = warpalloc(&args);
-    assert!(ok, "{text}");
-    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let report = warpalloc_json(&args);
     let fill = &report["kernels"][0];
     assert_eq!(fill["nulls"], 0, "{fill}");
     assert_eq!(fill["pool_shortfall"].as_array().map(Vec::len), Some(0));
@@ -875,9 +880,7 @@ fn stress_bad_input_counts_exactly_what_it_made_and_the_record_names_the_kernel(
         "64",
         "--json",
     ];
-    let (ok, text) = warpalloc(&args);
-    assert!(ok, "{text}");
-    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let report = warpalloc_json(&args);
     let bad = &report["kernels"][0];
     assert_eq!(bad["kernel"], "bad_input", "{bad}");
     assert_eq!(bad["threads"], 32, "{bad}");

@@ -210,8 +210,9 @@ const _: () = assert!(KERNEL_NAME_BYTES.is_multiple_of(8));
 /// below) and the grid (`simt::grid_id`) next, and, when its kernel ends
 /// ([`crate::kernel_ended`], which `kernel!` calls), the kernel's name —
 /// a GPU's device code knows its kernel only there. Invariants: `length ≠
-/// 0 ⇒ first bad address ≠ 0`; the name is written once, by one lane (the
-/// one whose grid, block and thread the record names).
+/// 0 ⇒ first bad address ≠ 0`; the name is written once, by one lane of
+/// the launch the record names (the one whose compare-and-swap took the
+/// length from 0), and is that launch's kernel's.
 #[repr(C)]
 #[derive(Debug)]
 pub struct ErrorRecord {

@@ -561,6 +561,35 @@ impl Backing for ShortHost {
     }
 }
 
+/// A spilling region of 32 granules capped at `limit`, on an emulated
+/// device whose driver maps `device_maps` granules before it fails, and a
+/// host of 64 GiB with room for one granule above its spill floor.
+fn short_host_region(device_maps: u64, limit: Option<u64>) -> Region<ShortHost> {
+    let total = 64u64 << 30;
+    let floor = spill_floor(HostMemory {
+        available: 0,
+        total,
+    });
+    let backing = ShortHost {
+        inner: HostEmulated::new(64 * GRANULE).expect("emulated device"),
+        host: HostMemory {
+            available: floor + GRANULE,
+            total,
+        },
+        device_maps,
+    };
+    Region::new(
+        backing,
+        RegionConfig {
+            reserve: Some(32 * GRANULE),
+            limit,
+            headroom: 0,
+            spill: true,
+        },
+    )
+    .expect("reserve")
+}
+
 /// A spill that would leave the host less than max(4 GiB, a tenth of its
 /// memory) free is refused: the request gets the device's refusal, and
 /// the refused spill is counted.
@@ -582,24 +611,7 @@ fn a_spill_that_would_starve_the_host_is_refused() {
         4 << 30,
         "at least 4 GiB"
     );
-    let backing = ShortHost {
-        inner: HostEmulated::new(64 * GRANULE).expect("emulated device"),
-        host: HostMemory {
-            available: floor + GRANULE,
-            total,
-        },
-        device_maps: u64::MAX,
-    };
-    let mut r = Region::new(
-        backing,
-        RegionConfig {
-            reserve: Some(32 * GRANULE),
-            limit: Some(GRANULE),
-            headroom: 0,
-            spill: true,
-        },
-    )
-    .expect("reserve");
+    let mut r = short_host_region(u64::MAX, Some(GRANULE));
     r.allocate(GRANULE, GRANULE).expect("device memory");
     // The host's figure does not move in this test: each spill is checked
     // alone. One granule fits above the floor, two do not.
@@ -617,29 +629,7 @@ fn a_spill_that_would_starve_the_host_is_refused() {
 /// (the driver's refusal), and a run of one is spilled.
 #[test]
 fn a_driver_refusal_spills_only_what_the_host_can_hold() {
-    let total = 64u64 << 30;
-    let floor = spill_floor(HostMemory {
-        available: 0,
-        total,
-    });
-    let backing = ShortHost {
-        inner: HostEmulated::new(64 * GRANULE).expect("emulated device"),
-        host: HostMemory {
-            available: floor + GRANULE,
-            total,
-        },
-        device_maps: 1,
-    };
-    let mut r = Region::new(
-        backing,
-        RegionConfig {
-            reserve: Some(32 * GRANULE),
-            limit: None,
-            headroom: 0,
-            spill: true,
-        },
-    )
-    .expect("reserve");
+    let mut r = short_host_region(1, None);
     assert_eq!(r.allocate(3 * GRANULE, GRANULE), Err(Refusal::Driver));
     let s = r.stats();
     assert_eq!((s.spilled_bytes, s.spills_refused), (0, 1), "{s:?}");
