@@ -331,11 +331,19 @@ fn allocator_paths_stay_within_their_register_budgets() {
     // 2026-12-05 (the exhausted mark read after the blind lock, a round
     // trip off the path of every malloc of 16 B to 2 KiB; within
     // `FREE_UP_TO`: no warp lost on Turing). BENCHMARKS.md.
+    // On 2026-12-05 (afternoon), a hint per freed block and the exhausted
+    // mark read after the look (the path 8 → 7 round trips per pair at
+    // 1 KiB, 9 → 8 at 8 KiB): `malloc_only` 42 / 42 / 44 / 42 → 43 / 44 /
+    // 46 / 44, `malloc_free_once` 44 / 46 / 46 / 46 → 46 / 46 / 47 / 46,
+    // `alloc_free` on sm_80 56 → 58, all within their targets; `free_only`
+    // 24 / 26 / 26 / 26 → 25 / 26 / 26 / 28 (the free stores its stream's
+    // hint), within `FREE_UP_TO` and fitting 24. BENCHMARKS.md, "A hint
+    // per freed block".
     const BUDGETS: &[(&str, [u32; 4])] = &[
-        ("malloc_only", [42, 42, 44, 42]),
-        ("free_only", [24, 26, 26, 26]),
-        ("malloc_free_once", [44, 46, 46, 46]),
-        ("alloc_free", [54, 58, 56, 58]),
+        ("malloc_only", [43, 44, 46, 44]),
+        ("free_only", [25, 26, 26, 28]),
+        ("malloc_free_once", [46, 46, 47, 46]),
+        ("alloc_free", [54, 58, 58, 58]),
     ];
     let mut failures = String::new();
     for (&(kernel, budgets), &(target_kernel, targets)) in BUDGETS.iter().zip(TARGETS) {

@@ -126,6 +126,31 @@ const _: () = assert!(stream_count_for(512) == 512 && stream_count_for(32) == 32
 
 /// Slots in the table: 32 768 × 2 MiB = 64 GiB of slabs.
 pub const MAX_SLOTS: usize = 32_768;
+
+/// A class's hint for a stream, one 32-bit word: where the stream's next
+/// search of the class starts. Below `HINT_BLOCK_SHIFT`, the slot where the
+/// stream last found room or freed, plus one (0: no hint); above it, the
+/// block it last freed there, plus one (0: none; a block the field cannot
+/// hold, in the classes of the smallest blocks, is none), where the walk of
+/// its next malloc in that slab starts (`Slab::allocate`).
+///
+/// ```text
+///   31 ................. 16  15 ................... 0
+///  ┌────────────────────────┬────────────────────────┐
+///  │ block + 1 (0: none)    │ slot + 1 (0: no hint)  │
+///  └────────────────────────┴────────────────────────┘
+/// ```
+pub(crate) const HINT_BLOCK_SHIFT: u32 = 16;
+/// The slot's field of a hint.
+pub(crate) const HINT_SLOT_MASK: u32 = (1 << HINT_BLOCK_SHIFT) - 1;
+/// The block's field of a hint, shifted down; a scan hands it to the walk
+/// in the low bits of the slab's address (aligned to `SLAB_SIZE`).
+pub(crate) const HINT_BLOCK_MASK: u32 = (1 << (32 - HINT_BLOCK_SHIFT)) - 1;
+const _: () = assert!(MAX_SLOTS <= HINT_SLOT_MASK as usize);
+const _: () = assert!((HINT_BLOCK_MASK as u64) < SLAB_SIZE);
+// 64 B blocks and larger: a slab's blocks fit the field.
+const _: () = assert!(SLAB_SIZE / 64 < HINT_BLOCK_MASK as u64);
+
 /// Emptied slabs a refused large block gives back to the host at most
 /// before it asks again.
 const GIVE_BACK: u32 = 64;
@@ -660,19 +685,25 @@ impl DeviceHeap {
             // (kept through the clearing, the class cost a register).
             let seen = self.release_slot(slot, n + blocks_freed);
             let after = seen.count();
-            // A free into a full slab gives it room, and a free that
-            // empties a slab leaves it all room: point this stream's hint
-            // at it, so that the stream's next malloc (and an exhausted
-            // heap's bounded search) finds it — an emptied slab is then
-            // put back to use in place, not left behind the hints for a
-            // claim to take over. The count the release returned says so.
+            // Every free leaves room where it freed: point this stream's
+            // hint at the slab and the leader's block, so that the
+            // stream's next malloc of the class (and an exhausted heap's
+            // bounded search) goes back there and, for a group of half a
+            // word or more, starts its walk at the run the stream freed
+            // with no look (`Slab::allocate`) — a warp that mallocs and
+            // frees keeps to its blocks, and an emptied slab is put back
+            // to use in place, not left behind the hints for a claim to
+            // take over. A store with no load before it: nothing waits
+            // for it. (Before, only a free into a full slab or one that
+            // emptied it moved the hint, and a walk at 1 KiB and larger
+            // looked first: BENCHMARKS.md, "A hint per freed block".)
             if let Some(class) = seen.class()
                 && let Some(g) = class_geometry(class)
                 && after < g.usable
-                && (after == 0 || after + blocks_freed >= g.usable)
             {
+                let block = index.filter(|&i| i < HINT_BLOCK_MASK).map_or(0, |i| i + 1);
                 self.class_hint(class as usize, self.stream())
-                    .store(slot + 1, Ordering::Relaxed);
+                    .store((slot + 1) | (block << HINT_BLOCK_SHIFT), Ordering::Relaxed);
             }
         }
         // Counted last, when little else is live.

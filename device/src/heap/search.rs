@@ -89,8 +89,9 @@
 //!
 //! # Hints, search cost and out of memory (the policy)
 //! A stream's hint names the slot where it last found room: a malloc that
-//! succeeds elsewhere moves it there, and a free into a full slab or one
-//! that empties a slab moves it to that slab. The scan starts at the hint
+//! succeeds elsewhere moves it there, and every free moves it to the slab
+//! it freed into, with the block it freed (where the stream's next walk
+//! there starts: `HINT_BLOCK_SHIFT`). The scan starts at the hint
 //! and goes on from it, so the class's full slabs behind the hint are not
 //! walked again: as a class grows, a malloc looks at its hint (full, once
 //! it fills) and the next slots, where the class's next slab is claimed — a
@@ -114,7 +115,7 @@
 //! found until memory comes back (a free into a full slab points the hint
 //! at it).
 
-use super::DeviceHeap;
+use super::{DeviceHeap, HINT_BLOCK_MASK, HINT_BLOCK_SHIFT, HINT_SLOT_MASK};
 use crate::abi::ProviderKind;
 use crate::event::{Event, record};
 use crate::granule::Granule;
@@ -240,6 +241,8 @@ impl DeviceHeap {
 /// What a lane's scan or creation found: a slab and a reservation on it.
 #[derive(Clone, Copy)]
 pub(super) struct Found {
+    /// The slab; in its low bits (below its alignment), the block its
+    /// walk starts at plus one, or 0 (`HINT_BLOCK_MASK`).
     pub(super) slab: u64,
     pub(super) reserved: u32,
     pub(super) uniform: u32,
@@ -289,6 +292,17 @@ impl Found {
 /// ptxas: sm_75 `malloc_only` 40 → 42 and `malloc_free_once` 42 → 44
 /// registers, within what costs a Turing SM no warp (`tests/ptx.rs`,
 /// `FREE_UP_TO`); sm_80 and sm_90 unchanged.
+///
+/// In classes of fewer blocks, which look first, the mark is read only
+/// once the look shows no slab of the class with room for the group: off
+/// the path of a malloc that finds room at its hint (8 KiB: 9 → 8 round
+/// trips per pair; ptxas: `malloc_only` 1 to 2 registers more, within its
+/// target; BENCHMARKS.md, "A hint per freed block"). Locking the hint
+/// blind at 8 KiB too (threshold 128) took the path to 7 but locked a
+/// full slab 0.46 to 0.99 times per group-malloc (guard RMWs per
+/// group-pair 4.9 to 6.7): at 7 groups of 32 a slab, a stream's slab
+/// fills between its free and its next malloc, taken by warps displaced
+/// from theirs.
 const BLIND_LOCK_USABLE: u32 = 1024;
 
 /// The slot a class's first scan starts from (its hint until it has one): a
@@ -306,18 +320,20 @@ fn start_slot(class: usize, slot_count: u32) -> u32 {
 
 impl DeviceHeap {
     /// Where a search of `class` by the caller starts: its stream's hint,
-    /// else the class's (stream 0's), else the class's start slot. A hint
-    /// beyond the table (the host shrank it) is no hint.
+    /// else the class's (stream 0's), else the class's start slot — the
+    /// slot in the low `HINT_BLOCK_SHIFT` bits, the hint's block field (or
+    /// 0) above. A hint beyond the table (the host shrank it) is no hint.
     #[inline(always)]
     fn hint(&self, class: usize, slot_count: u32) -> u32 {
         let own = self
             .class_hint(class, self.stream())
             .load(Ordering::Relaxed);
-        if own.wrapping_sub(1) < slot_count {
+        // The slot's field is at least 1: subtracting 1 leaves the word's.
+        if (own & HINT_SLOT_MASK).wrapping_sub(1) < slot_count {
             return own - 1;
         }
         match self.class_hint(class, 0).load(Ordering::Relaxed) {
-            h if h.wrapping_sub(1) < slot_count => h - 1,
+            h if (h & HINT_SLOT_MASK).wrapping_sub(1) < slot_count => h - 1,
             _ => start_slot(class, slot_count),
         }
     }
@@ -404,7 +420,12 @@ impl DeviceHeap {
                 // and a position ≤ usable on this live slab of class
                 // `class`.
                 return unsafe {
-                    Slab(found.slab).allocate(found.uniform, found.reserved, geometry(class))
+                    Slab(found.slab & !(SLAB_SIZE - 1)).allocate(
+                        found.uniform,
+                        found.reserved,
+                        geometry(class),
+                        found.slab as u32 & HINT_BLOCK_MASK,
+                    )
                 };
             }
             // The lanes of `pending`, all of them here. No memory: the next
@@ -465,7 +486,8 @@ impl DeviceHeap {
     /// The scan of one lane (a group's leader) for `n` blocks of class
     /// `class`, from the class's hint (offset 0) on (offset `o`: the `o`-th
     /// slot after it), to the table's end or, while the heap is exhausted,
-    /// the window's. Returns the slab (0 but for FOUND) and a word with the
+    /// the window's. Returns the slab (0 but for FOUND; found at the hint's
+    /// slot, the hint's block field in its low bits) and a word with the
     /// outcome above `OUTCOME_SHIFT`: FOUND with `base << FIT_BITS | fit`
     /// (`fit` references taken for the group's first lanes on top of
     /// `base`, the spare ones given back), CLAIMED with the slot, RETRY or
@@ -475,7 +497,8 @@ impl DeviceHeap {
         record(Event::Scan);
         let geo = geometry(class);
         let slot_count = self.slot_count();
-        let hint = self.hint(class, slot_count);
+        let hinted = self.hint(class, slot_count);
+        let hint = hinted & HINT_SLOT_MASK;
         let mut offset = 0u32;
         let mut retries = 0u32;
         // The hint's slot is locked without a look first in classes of
@@ -487,11 +510,6 @@ impl DeviceHeap {
         let mut blind = geo.usable >= BLIND_LOCK_USABLE;
         let (mut limit, mut claim) = (u32::MAX, 0);
         while offset <= limit {
-            if !blind && limit == u32::MAX {
-                let bounds = self.search_bounds(class, n, slot_count);
-                (limit, claim) = ((bounds >> 32) as u32, bounds as u32);
-            }
-            let may_claim = claim != 0;
             // The hint, then the slots after it: a class's full slabs
             // before its hint are not walked again, so the cost of finding
             // room does not grow with the class's slabs.
@@ -508,6 +526,14 @@ impl DeviceHeap {
             // the empty slab ours.
             let worth = blind || {
                 let seen = guard.look();
+                // The exhausted mark only once a look shows no slab of
+                // ours with room: off the path of a malloc that finds
+                // room at its hint.
+                if limit == u32::MAX && !seen.worth_a_lock(class as u32, geo.usable, n, false) {
+                    let bounds = self.search_bounds(class, n, slot_count);
+                    (limit, claim) = ((bounds >> 32) as u32, bounds as u32);
+                }
+                let may_claim = claim != 0;
                 // An empty slot, about to be claimed: first the class's
                 // emptied slabs elsewhere are looked at (LOOK, out of the
                 // loop: `look_or_claim`).
@@ -552,11 +578,19 @@ impl DeviceHeap {
                                 // new slab's come from `create`).
                                 self.counters.slabs_revived.fetch_add(1);
                             }
+                            // The hint's block, where the walk starts,
+                            // if the slab is the hint's; in the slab's
+                            // low bits, which its alignment leaves 0.
+                            let mut block = hinted >> HINT_BLOCK_SHIFT;
                             if offset != 0 {
                                 self.class_hint(class, self.stream())
                                     .store(index + 1, Ordering::Relaxed);
+                                block = 0;
                             }
-                            return (slab, (FOUND << OUTCOME_SHIFT) | (base << FIT_BITS) | fit);
+                            return (
+                                slab | u64::from(block),
+                                (FOUND << OUTCOME_SHIFT) | (base << FIT_BITS) | fit,
+                            );
                         }
                     }
                     Lock::Claimed => {
