@@ -114,8 +114,8 @@ const _: () = assert!(LIVE.count_ones() == 1 && LIVE >> 31 == 1);
 
 /// [`Lock::Creating`]'s `waiting` when the caller met a publication in
 /// flight rather than a creation's dead counter, or did not register (it
-/// may not claim: a free, an exhausted heap's search, a scan's blind lock
-/// of its hint).
+/// may not claim: a free, an exhausted heap's search, a scan's lock made
+/// before it read the exhausted mark — the blind lock of its hint, say).
 pub const UNKNOWN_WAIT: u32 = u32::MAX;
 /// A creation tag's class sits above this bit; the lanes counted below.
 pub const TAG_SHIFT: u32 = 24;

@@ -116,7 +116,8 @@ pub struct HeapConfig {
     /// 4096; 32 on the emulated device).
     pub ports: Option<u32>,
     /// Search streams per size class, a power of two up to 8 192: each
-    /// class keeps a hint (the slab it last found room in) per stream, and
+    /// class keeps a hint (the slab it last found room in or freed into)
+    /// per stream, and
     /// a warp searches from its stream's (its warp slot modulo the
     /// streams), so that warps running at once start at different slabs.
     /// Default: one per resident warp of the device (8 192 on an H200; 32

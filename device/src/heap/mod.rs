@@ -11,8 +11,9 @@
 //!   ├── pool        slabs mapped before launch (pool mode), a lock-free stack
 //!   ├── slots[]     32 768 guards (8 B: slab word, count) → slabs (64 GiB)
 //!   ├── (hints)     the address of a table beside the heap, per size class
-//!   │               and stream (warp slot % streams): the slot
-//!   │               that served that stream last
+//!   │               and stream (warp slot % streams): the slot that
+//!   │               served or took a free from that stream last, and the
+//!   │               block it freed there
 //!   ├── granules[]  per 2 MiB granule of the region (≤ 512 GiB): Unused | Slab(slot) |
 //!   │               Large(granules) | Freed — what `free` may touch
 //!   └── empties     slots whose slab went empty (a bitmap): where a claim
@@ -86,8 +87,8 @@ use crate::sync::{AtomicU32, Ordering, SharedArray};
 /// start their searches at different slabs of a class once it has several,
 /// rather than every warp locking one slab's guard (Gallatin spreads warps
 /// over a size's blocks by SM). Stream 0's hint is also the class's:
-/// creations and frees into full slabs move it, and a stream with no hint
-/// of its own starts there.
+/// creations move it (and so do stream 0's own mallocs and frees), and a
+/// stream with no hint of its own starts at its slot.
 pub const MAX_STREAMS: usize = 8192;
 const _: () = assert!(MAX_STREAMS.is_power_of_two() && MAX_STREAMS <= 1 << 16);
 /// Resident warps per stream, by default: a hint per warp. Warps that
@@ -131,8 +132,10 @@ pub const MAX_SLOTS: usize = 32_768;
 /// search of the class starts. Below `HINT_BLOCK_SHIFT`, the slot where the
 /// stream last found room or freed, plus one (0: no hint); above it, the
 /// block it last freed there, plus one (0: none; a block the field cannot
-/// hold, in the classes of the smallest blocks, is none), where the walk of
-/// its next malloc in that slab starts (`Slab::allocate`).
+/// hold, in the classes of the smallest blocks, is none): a malloc of the
+/// stream that finds room at the hint's slot starts its walk there if its
+/// group has half a word of lanes or more (`Slab::allocate`). Only a free
+/// sets the field; a scan that moves the hint to another slot clears it.
 ///
 /// ```text
 ///   31 ................. 16  15 ................... 0

@@ -172,6 +172,11 @@ const LOOK: u32 = 5;
 /// at 8 KiB.)
 const AGAIN: u32 = 6;
 
+/// A scan's `limit` while the exhausted mark is unread and due at the next
+/// look (`u32::MAX`: unread, read at a look only if it shows no room).
+const MARK_DUE: u32 = u32::MAX - 1;
+const _: () = assert!(super::MAX_SLOTS as u64 <= MARK_DUE as u64);
+
 /// `create_alone`'s word for "the claim was given up for an emptied slab
 /// of the class, which this stream's hint now names": the group searches
 /// again. Not a packed slab (its slab bits are 0), nor 0.
@@ -333,7 +338,8 @@ impl DeviceHeap {
             return own - 1;
         }
         match self.class_hint(class, 0).load(Ordering::Relaxed) {
-            h if (h & HINT_SLOT_MASK).wrapping_sub(1) < slot_count => h - 1,
+            // Another stream's block is not where this one freed.
+            h if (h & HINT_SLOT_MASK).wrapping_sub(1) < slot_count => (h - 1) & HINT_SLOT_MASK,
             _ => start_slot(class, slot_count),
         }
     }
@@ -503,10 +509,12 @@ impl DeviceHeap {
         let mut retries = 0u32;
         // The hint's slot is locked without a look first in classes of
         // many blocks a slab (`BLIND_LOCK_USABLE`), whose hint slab is
-        // seldom full: the look's load off the path. The blind lock claims
-        // nothing (an empty hint slot is passed), so the exhausted mark is
-        // read only after it (`limit` is `u32::MAX` until then): off the
-        // path of a malloc that finds room there.
+        // seldom full: the look's load off the path. The exhausted mark is
+        // read only when a look shows no slab of ours with room, or after
+        // a lock made without it found none (`limit` is `u32::MAX`, then
+        // `MARK_DUE`, until then): off the path of a malloc that finds
+        // room at its hint. Such a lock claims nothing (an empty slot is
+        // passed, and looked at again).
         let mut blind = geo.usable >= BLIND_LOCK_USABLE;
         let (mut limit, mut claim) = (u32::MAX, 0);
         while offset <= limit {
@@ -529,7 +537,9 @@ impl DeviceHeap {
                 // The exhausted mark only once a look shows no slab of
                 // ours with room: off the path of a malloc that finds
                 // room at its hint.
-                if limit == u32::MAX && !seen.worth_a_lock(class as u32, geo.usable, n, false) {
+                if limit >= MARK_DUE
+                    && (limit == MARK_DUE || !seen.worth_a_lock(class as u32, geo.usable, n, false))
+                {
                     let bounds = self.search_bounds(class, n, slot_count);
                     (limit, claim) = ((bounds >> 32) as u32, bounds as u32);
                 }
@@ -663,11 +673,15 @@ impl DeviceHeap {
                 }
             }
             retries = 0;
-            // After the blind lock (`limit` unknown until the next pass),
-            // the same slot again, now looked at: an empty hint slot, which
-            // the blind lock passed (it claims nothing), is claimed there,
-            // through `look_or_claim`, as a scan that looked first would.
-            offset += u32::from(limit != u32::MAX);
+            // A lock before the mark was read (the blind lock, or one after
+            // a look that showed room) found none: the same slot again,
+            // looked at, with the mark read whatever the look shows
+            // (`MARK_DUE`) — an empty hint slot, which such a lock passes
+            // (it claims nothing), is claimed there through
+            // `look_or_claim`, as a scan that read the mark first would;
+            // and no slot is locked more than twice.
+            offset += u32::from(limit < MARK_DUE);
+            limit = limit.min(MARK_DUE);
         }
         (0, NOTHING << OUTCOME_SHIFT)
     }
@@ -677,8 +691,9 @@ impl DeviceHeap {
     /// a slab, none came back since), it claims no empty slot (`claim` 0)
     /// unless a slab went empty or the pool has one, and looks at the hint
     /// and a bounded window only; else the whole table, claiming with a
-    /// creation tag. Out of line: read once a scan, after its blind lock
-    /// in classes of many blocks a slab, before its first look in others.
+    /// creation tag. Out of line: read once a scan, at its first look that
+    /// shows no slab of the class with room, or after a lock made without
+    /// it found none (the hint's blind lock, say).
     #[inline(never)]
     fn search_bounds(&self, class: usize, n: u32, slot_count: u32) -> u64 {
         let probe = self.is_exhausted() && !self.slab_at_hand();
