@@ -233,6 +233,22 @@ impl Slab {
     /// random word cost 31 to 98 ns of sleep per pair at 1 KiB and 8 KiB,
     /// and without it, 0 to 11 ns.
     ///
+    /// The warp's word and bit come from one hash of its slot (the bit
+    /// from where the hash falls within the word's share), and in a slab
+    /// of many words the bit moves with the group's first lane. Before,
+    /// the bit came from a second hash, the same for every lane of the
+    /// warp: in the contention test's mixed launch, where a warp's lanes
+    /// each allocate their own size and free it after a loop of that
+    /// size's length, a lane's malloc often met the block another lane of
+    /// its warp still held at the warp's bit. Extra walk rounds per
+    /// group-malloc, mixed, warm (2026-12-05, 12:15–12:22 UTC): 0.153 to
+    /// 0.177 before; 0.136 to 0.150 with one hash; 0.10 with the lane in
+    /// every slab (dense slabs' rounds up by half: their look already
+    /// finds a free bit, and the lanes' shifts undo the hash's spacing);
+    /// 0.078 to 0.088 with the lane in slabs of many words only. Of the
+    /// 0.15 before, lanes alone in their group in slabs of many words had
+    /// 0.07, and 0.013 after.
+    ///
     /// # Safety
     /// Each lane holds a reservation on this live slab (a successful lock
     /// whose position is ≤ `geo.usable`), so a free bit exists for it.
@@ -240,12 +256,26 @@ impl Slab {
         let bits = geo.usable.max(1);
         let mut state = simt::draw();
         debug_assert!((1..=geo.usable).contains(&reserved));
-        // The warp's word (a hash of its slot, spread over the words).
-        let own = reduce(simt::warp_slot().wrapping_mul(0x9e37_79b9), geo.words);
+        // The warp's word and its bit in it, from one hash of its slot:
+        // the word from the hash's place among the words, the bit from its
+        // place within that word's share — so warps that share a word
+        // start at bits as far apart as their hashes (for consecutive
+        // slots, Fibonacci hashing spaces them evenly).
+        let placed = u64::from(simt::warp_slot().wrapping_mul(0x9e37_79b9)) * u64::from(geo.words);
+        let own = (placed >> 32) as u32;
         let dense = geo.words <= LOOK_WORDS;
-        // The warp's bit in a word: warps that share a word start apart.
+        // In a slab of many words (no look), the bit moves with the
+        // group's first lane, a 32nd of the word per lane: a warp's lanes
+        // whose calls come apart (each lane its own size, say) start at
+        // bits of their own instead of the one the warp's other lanes may
+        // still hold.
+        let lead = if dense {
+            0
+        } else {
+            uniform.trailing_zeros() << (32 - WORD_BITS.ilog2())
+        };
         let pref = reduce(
-            simt::warp_slot().wrapping_mul(0x85eb_ca6b),
+            (placed as u32).wrapping_add(lead),
             WORD_BITS + 1 - uniform.count_ones(),
         );
         let blind = own * WORD_BITS + pref;
