@@ -412,6 +412,7 @@ fn bench_prints_every_case_and_keeps_going_past_a_failed_one() {
     // accesses.
     assert!(good.contains('/'), "no simulator counts in {good:?}");
     for case in [
+        "rising",
         "mixed 16 B-8 KiB",
         "fragmentation",
         "footprint",
@@ -452,6 +453,47 @@ fn bench_runs_the_cases_asked_for() {
         // 256 threads × 16 B in a 2 MiB slab: the ratio is printed.
         assert!(row.contains("requested: one block per thread"), "{row:?}");
     }
+}
+
+/// `bench --cases rising` runs the largest size at the fewest threads, then
+/// at the most, on one heap, and says what each launch took from the host.
+#[test]
+fn bench_rising_case_runs_two_launches_on_one_heap() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "bench",
+        "--cases",
+        "rising",
+        "--sizes",
+        "64,8192",
+        "--threads",
+        "2048,128",
+        "--block",
+        "64",
+    ]);
+    assert!(ok, "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("rising"))
+        .unwrap_or_else(|| panic!("no rising row:\n{text}"));
+    assert!(row.contains("2048") && row.contains("8.0 KiB"), "{row}");
+    // "128 threads (slabs from the host: N), then 2048 (slabs from the
+    // host: M)": the first launch of a fresh heap took at least one slab.
+    let note = row
+        .split("  ")
+        .find(|part| part.contains("threads ("))
+        .unwrap_or_else(|| panic!("no launches in the note: {row}"));
+    let first: u64 = note
+        .split("host: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no slab count in {note:?}"));
+    assert!(
+        note.starts_with("128 threads") && note.contains("then 2048 ("),
+        "{note}"
+    );
+    assert!(first >= 1, "{note}");
 }
 
 /// What the help says is what the parser takes: byte counts with units,

@@ -49,6 +49,12 @@ pub enum Case {
     /// memory and without: the spilled run's throughput beside the one
     /// that got nulls.
     Spill,
+    /// malloc+free pairs of the largest size on one heap: a launch at the
+    /// fewest threads, then one at the most — a demand that rises past the
+    /// slabs the first launch grew (the row's cold rate is the first
+    /// launch's, its warm rate the second's; the note says how many slabs
+    /// the second asked the host for).
+    Rising,
 }
 
 /// One measurement.
@@ -150,12 +156,40 @@ fn cold_warm<K: Kernel>(
     what: &str,
     kernel: impl Fn(*mut u64) -> K,
 ) -> Result<([f64; 2], u64, u64, PerPair), HostError> {
+    let two = two_launches(heap, [blocks; 2], block, what, kernel)?;
+    Ok((two.times, two.pairs[1], two.nulls, two.per_pair))
+}
+
+/// What [`two_launches`] measured.
+struct TwoLaunches {
+    /// Each launch's time, in seconds.
+    times: [f64; 2],
+    /// Each launch's malloc+free pairs.
+    pairs: [u64; 2],
+    /// The nulls of both.
+    nulls: u64,
+    /// The slabs each launch took from the host (or the pool).
+    slabs: [u64; 2],
+    /// The second launch's simulator counts per pair.
+    per_pair: PerPair,
+}
+
+/// [`cold_warm`] with a grid of its own for each launch (`grids` blocks of
+/// `block` threads).
+fn two_launches<K: Kernel>(
+    heap: &mut Heap,
+    grids: [u32; 2],
+    block: u32,
+    what: &str,
+    kernel: impl Fn(*mut u64) -> K,
+) -> Result<TwoLaunches, HostError> {
     let mut times = [0.0f64; 2];
-    let (mut pairs, mut nulls) = (0, 0);
+    let (mut pairs, mut nulls, mut slabs) = ([0u64; 2], 0, [0u64; 2]);
     let mut per_pair = PerPair::default();
-    for t in &mut times {
+    let mut taken = heap.stats()?.traffic.slabs_from_provider;
+    for (i, t) in times.iter_mut().enumerate() {
         let stats = buffer::<u64>(heap, STATS_WORDS)?;
-        let report = launch_report(heap, blocks, block, kernel(stats.kernel_ptr()))?;
+        let report = launch_report(heap, grids[i], block, kernel(stats.kernel_ptr()))?;
         let elapsed = report.elapsed;
         let s = read_stats(heap, &stats)?;
         if s.corrupt != 0 {
@@ -165,12 +199,15 @@ fn cold_warm<K: Kernel>(
             )));
         }
         nulls += s.nulls;
-        pairs = s.allocs;
+        pairs[i] = s.allocs;
         *t = elapsed.as_secs_f64();
+        let now = heap.stats()?.traffic.slabs_from_provider;
+        slabs[i] = now - taken;
+        taken = now;
         if let Some(sim) = report.simulator
-            && pairs > 0
+            && s.allocs > 0
         {
-            let per = |n: u64| Some(n as f64 / pairs as f64);
+            let per = |n: u64| Some(n as f64 / s.allocs as f64);
             per_pair = PerPair {
                 steps: per(sim.steps),
                 rmws: per(sim.atomic_rmws),
@@ -179,7 +216,13 @@ fn cold_warm<K: Kernel>(
             };
         }
     }
-    Ok((times, pairs, nulls, per_pair))
+    Ok(TwoLaunches {
+        times,
+        pairs,
+        nulls,
+        slabs,
+        per_pair,
+    })
 }
 
 fn alloc_free_case(
@@ -299,6 +342,57 @@ fn footprint_case(
         sim_loads_per_pair: None,
         sim_sys_per_pair: None,
         note: format!("{} requested: one block per thread", bytes(requested)),
+        error: None,
+        snapshot: None,
+    })
+}
+
+/// [`Case::Rising`]: `alloc_free` of `size` on one heap at `fewest`
+/// threads, then at `most`.
+fn rising_case(
+    prefer: Prefer,
+    schedule: Schedule,
+    [fewest, most]: [u32; 2],
+    block: u32,
+    size: u32,
+    rounds: u32,
+) -> Result<Row, HostError> {
+    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+    let grids = [fewest.div_ceil(block), most.div_ceil(block)];
+    let kernel = |stats| alloc_free::Args {
+        stats,
+        size,
+        rounds,
+    };
+    let two = two_launches(&mut heap, grids, block, "rising", kernel)?;
+    let (times, pairs, per) = (two.times, two.pairs, two.per_pair);
+    let st = heap.stats()?;
+    let note = format!(
+        "{} threads (slabs from the host: {}), then {} (slabs from the host: {})",
+        grids[0] * block,
+        two.slabs[0],
+        grids[1] * block,
+        two.slabs[1],
+    );
+    Ok(Row {
+        case: "rising".into(),
+        mode: mode_name(heap.mode()),
+        threads: u64::from(grids[1] * block),
+        min_bytes: u64::from(size),
+        max_bytes: u64::from(size),
+        cold_pairs_per_second: pairs_per_second(pairs[0], times[0]),
+        warm_pairs_per_second: pairs_per_second(pairs[1], times[1]),
+        nulls: two.nulls,
+        peak_mapped_bytes: st.region.peak_mapped_bytes,
+        mapped_per_requested: None,
+        sim_steps_per_pair: per.steps,
+        sim_rmws_per_pair: per.rmws,
+        sim_loads_per_pair: per.loads,
+        sim_sys_per_pair: per.sys,
+        note: join_notes(
+            &note,
+            &kernel_rmws_note(per.rmws, 4.0 / f64::from(rounds.max(1))),
+        ),
         error: None,
         snapshot: None,
     })
@@ -526,6 +620,20 @@ pub fn bench(
                 r
             });
         push(row, "alloc_free pool", most, size.into(), size.into());
+    }
+    if wanted(Case::Rising) {
+        // The fewest threads of a launch (a count of 0 is another case's
+        // failure, not this one's).
+        let fewest = a
+            .threads
+            .iter()
+            .copied()
+            .filter(|&t| t > 0)
+            .min()
+            .unwrap_or(most);
+        let largest = a.sizes.iter().copied().max().unwrap_or(8192);
+        let row = rising_case(prefer, schedule, [fewest, most], a.block, largest, a.rounds);
+        push(row, "rising", most, largest.into(), largest.into());
     }
     if wanted(Case::Mixed) {
         let row = mixed_case(prefer, schedule, most, a.block, a.rounds);
