@@ -156,71 +156,66 @@ fn cold_warm<K: Kernel>(
     what: &str,
     kernel: impl Fn(*mut u64) -> K,
 ) -> Result<([f64; 2], u64, u64, PerPair), HostError> {
-    let two = two_launches(heap, [blocks; 2], block, what, kernel)?;
-    Ok((two.times, two.pairs[1], two.nulls, two.per_pair))
+    let cold = one_launch(heap, blocks, block, what, &kernel)?;
+    let warm = one_launch(heap, blocks, block, what, &kernel)?;
+    // The warm launch's counts, or the cold one's if the warm made no pair.
+    let per_pair = if warm.pairs > 0 {
+        warm.per_pair
+    } else {
+        cold.per_pair
+    };
+    Ok((
+        [cold.seconds, warm.seconds],
+        warm.pairs,
+        cold.nulls + warm.nulls,
+        per_pair,
+    ))
 }
 
-/// What [`two_launches`] measured.
-struct TwoLaunches {
-    /// Each launch's time, in seconds.
-    times: [f64; 2],
-    /// Each launch's malloc+free pairs.
-    pairs: [u64; 2],
-    /// The nulls of both.
+/// What [`one_launch`] measured.
+struct Launch {
+    seconds: f64,
+    pairs: u64,
     nulls: u64,
-    /// The slabs each launch took from the host (or the pool).
-    slabs: [u64; 2],
-    /// The second launch's simulator counts per pair.
+    /// The simulator's counts per pair (none on a GPU).
     per_pair: PerPair,
 }
 
-/// [`cold_warm`] with a grid of its own for each launch (`grids` blocks of
-/// `block` threads).
-fn two_launches<K: Kernel>(
+/// One launch of `kernel` (given a fresh stats buffer's pointer) on `heap`,
+/// `blocks` blocks of `block` threads; a corrupt block is an error (see
+/// [`cold_warm`]).
+fn one_launch<K: Kernel>(
     heap: &mut Heap,
-    grids: [u32; 2],
+    blocks: u32,
     block: u32,
     what: &str,
     kernel: impl Fn(*mut u64) -> K,
-) -> Result<TwoLaunches, HostError> {
-    let mut times = [0.0f64; 2];
-    let (mut pairs, mut nulls, mut slabs) = ([0u64; 2], 0, [0u64; 2]);
-    let mut per_pair = PerPair::default();
-    let mut taken = heap.stats()?.traffic.slabs_from_provider;
-    for (i, t) in times.iter_mut().enumerate() {
-        let stats = buffer::<u64>(heap, STATS_WORDS)?;
-        let report = launch_report(heap, grids[i], block, kernel(stats.kernel_ptr()))?;
-        let elapsed = report.elapsed;
-        let s = read_stats(heap, &stats)?;
-        if s.corrupt != 0 {
-            return Err(HostError::InvalidPtx(format!(
-                "{what}: {} corrupt blocks",
-                s.corrupt
-            )));
-        }
-        nulls += s.nulls;
-        pairs[i] = s.allocs;
-        *t = elapsed.as_secs_f64();
-        let now = heap.stats()?.traffic.slabs_from_provider;
-        slabs[i] = now - taken;
-        taken = now;
-        if let Some(sim) = report.simulator
-            && s.allocs > 0
-        {
-            let per = |n: u64| Some(n as f64 / s.allocs as f64);
-            per_pair = PerPair {
-                steps: per(sim.steps),
-                rmws: per(sim.atomic_rmws),
-                loads: per(sim.atomic_loads),
-                sys: per(sim.sys_loads + sim.sys_stores + sim.sys_rmws),
-            };
-        }
+) -> Result<Launch, HostError> {
+    let stats = buffer::<u64>(heap, STATS_WORDS)?;
+    let report = launch_report(heap, blocks, block, kernel(stats.kernel_ptr()))?;
+    let s = read_stats(heap, &stats)?;
+    if s.corrupt != 0 {
+        return Err(HostError::InvalidPtx(format!(
+            "{what}: {} corrupt blocks",
+            s.corrupt
+        )));
     }
-    Ok(TwoLaunches {
-        times,
-        pairs,
-        nulls,
-        slabs,
+    let mut per_pair = PerPair::default();
+    if let Some(sim) = report.simulator
+        && s.allocs > 0
+    {
+        let per = |n: u64| Some(n as f64 / s.allocs as f64);
+        per_pair = PerPair {
+            steps: per(sim.steps),
+            rmws: per(sim.atomic_rmws),
+            loads: per(sim.atomic_loads),
+            sys: per(sim.sys_loads + sim.sys_stores + sim.sys_rmws),
+        };
+    }
+    Ok(Launch {
+        seconds: report.elapsed.as_secs_f64(),
+        pairs: s.allocs,
+        nulls: s.nulls,
         per_pair,
     })
 }
@@ -243,17 +238,46 @@ fn alloc_free_case(
             rounds,
         }
     })?;
-    let st = heap.stats()?;
+    let rates = [
+        pairs_per_second(pairs, times[0]),
+        pairs_per_second(pairs, times[1]),
+    ];
+    let threads = u64::from(blocks * block);
+    alloc_free_row(
+        &heap,
+        "alloc_free",
+        threads,
+        size,
+        rounds,
+        rates,
+        nulls,
+        per,
+    )
+}
+
+/// The row of an `alloc_free` case on `heap` (its peak mapped bytes read
+/// now): `rates` are the cold and the warm pairs per second.
+#[allow(clippy::too_many_arguments)]
+fn alloc_free_row(
+    heap: &Heap,
+    case: &str,
+    threads: u64,
+    size: u32,
+    rounds: u32,
+    rates: [f64; 2],
+    nulls: u64,
+    per: PerPair,
+) -> Result<Row, HostError> {
     Ok(Row {
-        case: "alloc_free".into(),
+        case: case.into(),
         mode: mode_name(heap.mode()),
-        threads: u64::from(blocks * block),
+        threads,
         min_bytes: u64::from(size),
         max_bytes: u64::from(size),
-        cold_pairs_per_second: pairs_per_second(pairs, times[0]),
-        warm_pairs_per_second: pairs_per_second(pairs, times[1]),
+        cold_pairs_per_second: rates[0],
+        warm_pairs_per_second: rates[1],
         nulls,
-        peak_mapped_bytes: st.region.peak_mapped_bytes,
+        peak_mapped_bytes: heap.stats()?.region.peak_mapped_bytes,
         mapped_per_requested: None,
         sim_steps_per_pair: per.steps,
         sim_rmws_per_pair: per.rmws,
@@ -358,44 +382,43 @@ fn rising_case(
     rounds: u32,
 ) -> Result<Row, HostError> {
     let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
-    let grids = [fewest.div_ceil(block), most.div_ceil(block)];
     let kernel = |stats| alloc_free::Args {
         stats,
         size,
         rounds,
     };
-    let two = two_launches(&mut heap, grids, block, "rising", kernel)?;
-    let (times, pairs, per) = (two.times, two.pairs, two.per_pair);
-    let st = heap.stats()?;
-    let note = format!(
-        "{} threads (slabs from the host: {}), then {} (slabs from the host: {})",
-        grids[0] * block,
-        two.slabs[0],
-        grids[1] * block,
-        two.slabs[1],
+    // A launch at `threads`: its threads, what it measured, and the slabs
+    // it took from the host.
+    let mut taken = heap.stats()?.traffic.slabs_from_provider;
+    let mut launch = |heap: &mut Heap, threads: u32| -> Result<(u32, Launch, u64), HostError> {
+        let blocks = threads.div_ceil(block);
+        let launch = one_launch(heap, blocks, block, "rising", kernel)?;
+        let now = heap.stats()?.traffic.slabs_from_provider;
+        let slabs = now - std::mem::replace(&mut taken, now);
+        Ok((blocks * block, launch, slabs))
+    };
+    let (few, first, first_slabs) = launch(&mut heap, fewest)?;
+    let (all, second, second_slabs) = launch(&mut heap, most)?;
+    let rates = [
+        pairs_per_second(first.pairs, first.seconds),
+        pairs_per_second(second.pairs, second.seconds),
+    ];
+    let nulls = first.nulls + second.nulls;
+    let mut row = alloc_free_row(
+        &heap,
+        "rising",
+        u64::from(all),
+        size,
+        rounds,
+        rates,
+        nulls,
+        second.per_pair,
+    )?;
+    let launches = format!(
+        "{few} threads (slabs from the host: {first_slabs}), then {all} (slabs from the host: {second_slabs})"
     );
-    Ok(Row {
-        case: "rising".into(),
-        mode: mode_name(heap.mode()),
-        threads: u64::from(grids[1] * block),
-        min_bytes: u64::from(size),
-        max_bytes: u64::from(size),
-        cold_pairs_per_second: pairs_per_second(pairs[0], times[0]),
-        warm_pairs_per_second: pairs_per_second(pairs[1], times[1]),
-        nulls: two.nulls,
-        peak_mapped_bytes: st.region.peak_mapped_bytes,
-        mapped_per_requested: None,
-        sim_steps_per_pair: per.steps,
-        sim_rmws_per_pair: per.rmws,
-        sim_loads_per_pair: per.loads,
-        sim_sys_per_pair: per.sys,
-        note: join_notes(
-            &note,
-            &kernel_rmws_note(per.rmws, 4.0 / f64::from(rounds.max(1))),
-        ),
-        error: None,
-        snapshot: None,
-    })
+    row.note = join_notes(&launches, &row.note);
+    Ok(row)
 }
 
 fn mixed_case(
