@@ -121,6 +121,10 @@ struct Bounds {
     creation_waits: f64,
     /// The same at 8 KiB.
     creation_waits_8k: f64,
+    /// The most dependent round trips per pair, the mean over the warps
+    /// (waits included: a poll is a load): what a search that walks, polls
+    /// or bounces costs the warps that pay it.
+    mean_round_trips: f64,
 }
 
 /// A fresh heap's launch, whose slabs are created while it runs.
@@ -173,6 +177,7 @@ const COLD: Bounds = Bounds {
     path_round_trips_small: 20.0,
     creation_waits: 400.0,
     creation_waits_8k: 400.0,
+    mean_round_trips: 60.0,
 };
 
 /// The same launch again on that heap, whose slabs are there, empty: the
@@ -285,7 +290,64 @@ const WARM: Bounds = Bounds {
     path_round_trips_small: 7.0,
     creation_waits: 10.0,
     creation_waits_8k: 40.0,
+    mean_round_trips: 16.0,
 };
+
+/// The first launch of the rising demand (`rising`): a cold launch of
+/// half the resident warps. The path of its warp with the fewest round
+/// trips is over 256 warps, not 512, and meets the creations more often
+/// (their polls follow the RPC server's real time): 10.75 to 31.25 round
+/// trips per pair at 1 KiB on 2026-12-05, where the cold launch of all
+/// the warps took 9 to 18.
+const HALF: Bounds = Bounds {
+    path_round_trips: 40.0,
+    path_round_trips_small: 40.0,
+    ..COLD
+};
+
+/// A launch whose demand rose past the heap's slabs: all resident warps
+/// after a launch of half of them (`rising`), which must grow the class
+/// in the launch while the first half's warps find their slabs again.
+///
+/// Measured on 2026-12-05 (14:40-14:58 UTC, the build machine, six runs:
+/// three of `cargo test --release --test contention`, three of the same
+/// without `--release`, as CI runs it), at 1 KiB and 8 KiB: peak slabs ÷
+/// demand 1.33 to 1.51; round trips per pair (the mean over the warps)
+/// 12.2 to 22.6; guard RMWs per group-pair 3.71 to 4.05; scans per
+/// group-malloc 1.09 to 1.30; mallocs of more than 4 scans per 1 000 0 at
+/// 1 KiB, 2.5 to 11.2 at 8 KiB; sleep per pair 29 to 59 ns; scans that met
+/// a creation 74 to 155 per 1 000 group-mallocs; extra walk rounds 0.19 to
+/// 0.35. The code before (`7c4f8b5`) grew 0 or 1 slabs: peak slabs ÷
+/// demand 0.60 to 0.78, 71 to 187 round trips per pair (BENCHMARKS.md,
+/// "Growth when demand rises").
+const RISING: Bounds = Bounds {
+    growth: 0.8,
+    guard_rmws: 4.5,
+    guard_rmws_8k: 4.5,
+    rmws_per_group_pair: 12.0,
+    sleep_ns_per_pair: 1_000.0,
+    scans: 1.5,
+    scans_8k: 1.6,
+    long_searches: 10.0,
+    long_searches_8k: 30.0,
+    extra_probes_small: 0.1,
+    extra_probes_1k: 0.5,
+    extra_probes: 0.5,
+    extra_probes_8k: 0.6,
+    fences_per_pair: 4.0,
+    path_round_trips: 9.0,
+    path_round_trips_small: 7.0,
+    creation_waits: 300.0,
+    creation_waits_8k: 300.0,
+    mean_round_trips: 30.0,
+};
+
+/// One launch of `RESIDENT` warps at a time in this binary: each lane of
+/// a launch has a stack of its own (with a guard page: two memory maps),
+/// and two launches of 16 384 lanes at once ran past the kernel's map
+/// limit (`could not start a thread ... Cannot allocate memory`, when the
+/// test harness ran this file's tests in parallel).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The most slabs taken over from another slot per 1 000 pairs.
 const TAKEOVERS_PER_1000: f64 = 0.01;
@@ -424,8 +486,8 @@ impl Contention {
 
 /// The launch's shape, its schedule and what it watches: `RESIDENT` warps
 /// on one worker, converged, read-modify-writes counted per slot guard.
-fn launch_config(heap: &Heap, seed: u64) -> LaunchConfig {
-    let threads = RESIDENT * 32;
+fn launch_config(heap: &Heap, seed: u64, warps: u32) -> LaunchConfig {
+    let threads = warps * 32;
     // The slot table: every guard word.
     let slots = (heap.device_heap() + LAYOUT.slots, MAX_SLOTS as u64 * 8);
     LaunchConfig::linear(threads / BLOCK, BLOCK)
@@ -458,12 +520,12 @@ impl std::fmt::Display for Case {
 
 /// One launch of `case` on `heap`: what it showed (the heap's traffic as
 /// this launch's, its peak as this launch's).
-fn measure(heap: &mut Heap, case: Case, seed: u64, context: &str) -> Contention {
+fn measure(heap: &mut Heap, case: Case, seed: u64, warps: u32, context: &str) -> Contention {
     let before_stats = heap.stats().expect("stats");
     let (before, requests_before) = (before_stats.traffic, before_stats.rpc.allocs);
     heap.reset_peaks();
     let stats_buf = buffer::<u64>(heap, STATS_WORDS);
-    let cfg = launch_config(heap, seed);
+    let cfg = launch_config(heap, seed, warps);
     let stats_ptr = stats_buf.kernel_ptr();
     let launch = match case {
         Case::Size(size) => run(
@@ -492,7 +554,7 @@ fn measure(heap: &mut Heap, case: Case, seed: u64, context: &str) -> Contention 
     let s = stats(heap, &stats_buf);
     assert_clean(&s, errors(heap), context);
     let st = heap.stats().expect("stats");
-    let threads = u64::from(RESIDENT * 32);
+    let threads = u64::from(warps * 32);
     let (demand, kernel_rmws, group_pairs, kernel_lane_trips) = match case {
         Case::Size(size) => {
             let usable = u64::from(geometry(class_index(size)).usable);
@@ -554,8 +616,14 @@ fn contention(case: Case, seed: u64) -> (Contention, Contention) {
         ..HeapConfig::default()
     });
     let context = format!("contention at {case}, seed {seed:#x}");
-    let cold = measure(&mut heap, case, seed, &format!("{context}, cold"));
-    let warm = measure(&mut heap, case, seed ^ 1, &format!("{context}, warm"));
+    let cold = measure(&mut heap, case, seed, RESIDENT, &format!("{context}, cold"));
+    let warm = measure(
+        &mut heap,
+        case,
+        seed ^ 1,
+        RESIDENT,
+        &format!("{context}, warm"),
+    );
     assert_empty(&mut heap, &context);
     (cold, warm)
 }
@@ -672,6 +740,12 @@ impl Contention {
                 false,
             ),
             (
+                "round trips per pair (the mean over the warps)",
+                self.round_trips_per_pair(),
+                bounds.mean_round_trips,
+                false,
+            ),
+            (
                 "round trips per pair on the path",
                 self.path_round_trips_per_pair(),
                 bounds.path_round_trips,
@@ -718,6 +792,7 @@ impl Contention {
 
 #[test]
 fn the_heap_grows_to_the_demand_without_takeover_churn() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut failures = String::new();
     let cases = [16, 64, 1024, 8192].map(Case::Size);
     for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
@@ -726,6 +801,51 @@ fn the_heap_grows_to_the_demand_without_takeover_churn() {
         println!("{case} warm: {}", warm.line());
         failures.push_str(&cold.failures(case, &format!("{case} cold"), &COLD));
         failures.push_str(&warm.failures(case, &format!("{case} warm"), &WARM));
+    }
+    assert!(failures.is_empty(), "{failures}");
+}
+
+/// A demand that rises past the slabs a heap has: `alloc_free` at `size`
+/// with half the resident warps (cold: the heap grows to half the
+/// demand), then with all of them on that heap, whose launch must grow
+/// the class to the whole demand while the warps of the first half find
+/// their slabs again.
+fn rising(case: Case, seed: u64) -> (Contention, Contention) {
+    let mut heap = heap_with(HeapConfig {
+        reserve: Some(16 << 30),
+        streams: Some(STREAMS),
+        ..HeapConfig::default()
+    });
+    let context = format!("rising demand at {case}, seed {seed:#x}");
+    let half = measure(
+        &mut heap,
+        case,
+        seed,
+        RESIDENT / 2,
+        &format!("{context}, half"),
+    );
+    let all = measure(
+        &mut heap,
+        case,
+        seed ^ 1,
+        RESIDENT,
+        &format!("{context}, all"),
+    );
+    assert_empty(&mut heap, &context);
+    (half, all)
+}
+
+#[test]
+fn a_rising_demand_grows_the_heap_in_the_launch() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut failures = String::new();
+    for (i, size) in [1024, 8192].into_iter().enumerate() {
+        let case = Case::Size(size);
+        let (half, all) = rising(case, 0x5157 ^ i as u64);
+        println!("{case} half: {}", half.line());
+        println!("{case} all: {}", all.line());
+        failures.push_str(&half.failures(case, &format!("{case} half"), &HALF));
+        failures.push_str(&all.failures(case, &format!("{case} all"), &RISING));
     }
     assert!(failures.is_empty(), "{failures}");
 }

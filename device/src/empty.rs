@@ -126,14 +126,32 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
     }
 
     /// A marked slot among the first `slots` for which `wanted` holds,
-    /// its mark left as it is: `wanted` is asked of at most `checks`
-    /// marked slots, from the hint's word on. `None` when none of those it
-    /// asked about was wanted.
-    pub fn find(&self, slots: u32, checks: u32, wanted: impl Fn(u32) -> bool) -> Option<u32> {
-        let (words, start) = self.walk(slots)?;
+    /// its mark left as it is: the words from slot `near`'s on, at most
+    /// `words` of them (not past the last: no wrap), and at most `checks`
+    /// marked slots asked about.
+    /// `None` when none of those it asked about was wanted.
+    ///
+    /// Bounded in words as well as in marks: each word is a load the
+    /// caller waits for, and a walk of the whole bitmap when few slots are
+    /// marked (1 024 words for the 32 768 slots) took 263 dependent round
+    /// trips a call on average in the contention test's rising demand at
+    /// 1 KiB, most of its malloc's (2026-12-05, BENCHMARKS.md "Bounded
+    /// marks").
+    pub fn find(
+        &self,
+        slots: u32,
+        near: u32,
+        words: u32,
+        checks: u32,
+        wanted: impl Fn(u32) -> bool,
+    ) -> Option<u32> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let all = slots.div_ceil(32).min(WORDS as u32);
+        let start = if near / 32 < all { near / 32 } else { 0 };
         let mut asked = 0u32;
-        for i in 0..words {
-            let at = wrap(start, i, words);
+        for at in start..(start + words).min(all) {
             let mut seen = self.words.get(at as usize).load(Ordering::Relaxed);
             while seen != 0 {
                 if asked == checks {
@@ -210,11 +228,26 @@ mod tests {
         for s in [3, 40, 100] {
             e.mark(s);
         }
-        assert_eq!(e.find(128, 8, |s| s == 40), Some(40));
-        assert_eq!(e.find(128, 8, |s| s == 40), Some(40));
-        assert_eq!(e.find(128, 8, |s| s == 41), None);
-        assert!(e.find(128, 1, |s| s == 100 || s == 3).is_some());
+        assert_eq!(e.find(128, 0, 4, 8, |s| s == 40), Some(40));
+        assert_eq!(e.find(128, 0, 4, 8, |s| s == 40), Some(40));
+        assert_eq!(e.find(128, 0, 4, 8, |s| s == 41), None);
+        assert!(e.find(128, 0, 4, 1, |s| s == 100 || s == 3).is_some());
         assert_eq!((e.count(), e.marked()), (3, 3));
+    }
+
+    #[test]
+    fn find_reads_a_bounded_run_of_words_from_its_start() {
+        let e = EmptySlots::<4>::new();
+        for s in [3, 70] {
+            e.mark(s);
+        }
+        // From slot 64's word: 70 at once; 3 is before it, never read.
+        assert_eq!(e.find(128, 64, 1, 8, |_| true), Some(70));
+        assert_eq!(e.find(128, 64, 4, 8, |s| s == 3), None);
+        assert_eq!(e.find(128, 0, 1, 8, |s| s == 70), None);
+        assert_eq!(e.find(128, 0, 3, 8, |s| s == 70), Some(70));
+        // A start beyond the slots in use is the first word.
+        assert_eq!(e.find(64, 100, 1, 8, |_| true), Some(3));
     }
 
     #[test]

@@ -361,6 +361,18 @@ impl Seen {
         self.ptr == 0
     }
 
+    /// Whether the slot is being created for `class` with more lanes
+    /// counted on it than its slab will have room for, `n` more included:
+    /// its class's demand is ahead of its slabs, and a search that meets it
+    /// claims the next empty slot it finds at once.
+    #[inline(always)]
+    pub fn is_crowded_creation(self, class: u32, n: u32, usable: u32) -> bool {
+        !self.is_live()
+            && self.ptr != 0
+            && Creation::of(self.refs)
+                .is_some_and(|c| c.class == class && !c.serves(class, n, usable))
+    }
+
     /// Whether a search for `n` lanes of class `class` (slabs of `usable`
     /// blocks) should lock the slot: a published slab of its class with
     /// the room [`admission`] wants (an empty one, a zero count, only if

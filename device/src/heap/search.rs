@@ -12,15 +12,16 @@
 //!                             being created for us, with room for us: count
 //!                               our lanes on it, wait for it, lock it ─► done
 //!                             being created, enough lanes on it: go on
-//!                             empty: claim ─► done
+//!                               (and claim the next empty slot at once)
+//!                             empty: an emptied slab of the class near?
+//!                               scan again there; else claim ─► done
+//!                               (claimed by another first: scan again there)
 //!                             full / other class: next
 //!   ─► the group: the first lanes, as many as the slab had room for, get a
-//!      reservation each; a claiming group creates its slab (its class's
-//!      emptied slab elsewhere? then it gives the claim up and searches
-//!      there; else the pool's or the host's; an empty slab of another class
-//!      taken over only once the provider refuses); lanes beyond the room,
-//!      lanes that met a creation in flight and lanes that found no memory
-//!      scan again
+//!      reservation each; a claiming group creates its slab (the pool's or
+//!      the host's; an empty slab of another class taken over only once the
+//!      provider refuses); lanes beyond the room, lanes that met a creation
+//!      in flight and lanes that found no memory scan again
 //! ```
 //!
 //! The lanes asking for one class form a `uniform` group whose leader scans
@@ -45,6 +46,20 @@
 //! groups of 32 at 8 KiB — and no group bounces off a creation that cannot
 //! serve it. (Before, every group that met a creation gave up its scan and
 //! slept: one creation per class at a time.)
+//!
+//! A scan that met such a creation of its class, one that will not have
+//! room for it (`Seen::is_crowded_creation`, or its lock's count), knows
+//! the class's demand is ahead of its slabs: it claims the next empty slot
+//! it meets at once (CLAIM), without the look for an emptied slab of its
+//! class that a claim makes first otherwise (`look_or_claim`). A group
+//! whose claim another group won meanwhile scans again at once from that
+//! slot (its stream's hint now), where it counts on the winner's creation
+//! or goes on to the next — not from its hint, after a wait, past the
+//! class's full slabs again. Without these, when the demand rose past the
+//! slabs a heap had (the contention test's `rising`: half the warps, then
+//! all), the groups that reached the class's first empty slot together
+//! raced for it, the losers walked the class's slabs again, and each
+//! malloc took more than 4 scans one time in ten at 8 KiB.
 //!
 //! # Spreading
 //! Each class has a hint per stream — the heap keeps one stream per
@@ -79,7 +94,7 @@
 //! leaves it published and empty, marks it in `empties` and points the
 //! freeing stream's hint at it → its class takes it again (a lock of a zero
 //! count: revived in place), found by a hint or, from a scan about to
-//! claim an empty slot, among the marks (`look_or_claim`, `own_with_room`);
+//! claim an empty slot, among the marks (`look_or_claim`, `own_empty`);
 //! or, once the provider refuses, a claim of another
 //! class takes it over (`Guard::reclaim`: a CAS of the live zero count to
 //! dead), empties the slot and uses the slab for its own; or `trim`, or a
@@ -119,7 +134,7 @@ use super::{DeviceHeap, HINT_BLOCK_MASK, HINT_BLOCK_SHIFT, HINT_SLOT_MASK};
 use crate::abi::ProviderKind;
 use crate::event::{Event, record};
 use crate::granule::Granule;
-use crate::guard::{Creation, Lock, MAX_TRIES, Seen, admission, creation_tag};
+use crate::guard::{Creation, Lock, MAX_TRIES, Seen, creation_tag};
 use crate::index::{reduce, wrap};
 use crate::simt;
 use crate::size_class::{SLAB_SHIFT, SLAB_SIZE, geometry};
@@ -135,7 +150,7 @@ const _: () = assert!(simt::WARP_SIZE <= FIT_MASK);
 /// index or the FOUND word.
 const OUTCOME_SHIFT: u32 = 29;
 const WORD_MASK: u32 = (1 << OUTCOME_SHIFT) - 1;
-const _: () = assert!(AGAIN < 1 << (32 - OUTCOME_SHIFT));
+const _: () = assert!(AGAIN < 1 << (32 - OUTCOME_SHIFT) && CLAIM < 1 << (32 - OUTCOME_SHIFT));
 const _: () = assert!(super::MAX_SLOTS as u64 <= WORD_MASK as u64);
 const _: () = assert!((crate::size_class::SLAB_SIZE >> 4) << FIT_BITS <= WORD_MASK as u64);
 
@@ -172,15 +187,27 @@ const LOOK: u32 = 5;
 /// at 8 KiB.)
 const AGAIN: u32 = 6;
 
+/// Outcome of a scan: it met an empty slot (the slot in
+/// `Found::reserved`) after a creation of its class that more lanes count
+/// on than its slab will have room for — the class's demand is ahead of
+/// its slabs: the group claims the slot at once, without looking for an
+/// emptied slab of its class first (`look_or_claim`).
+const CLAIM: u32 = 7;
+
+/// A scan's hint word once the scan met a creation of its class that will
+/// not have room for its group (its next empty slot is claimed at once:
+/// CLAIM): a slot field no table reaches and no block — the hint's slot
+/// was read before, and its block serves only a scan that finds room at
+/// the hint, which this one left. In that word, not in a variable of its
+/// own, which cost the scan's loop a register (ptxas, 2026-12-05:
+/// `malloc_free_once` 47 → 48 on sm_80).
+const CROWDED: u32 = HINT_SLOT_MASK;
+const _: () = assert!(super::MAX_SLOTS < CROWDED as usize);
+
 /// A scan's `limit` while the exhausted mark is unread and due at the next
 /// look (`u32::MAX`: unread, read at a look only if it shows no room).
 const MARK_DUE: u32 = u32::MAX - 1;
 const _: () = assert!(super::MAX_SLOTS as u64 <= MARK_DUE as u64);
-
-/// `create_alone`'s word for "the claim was given up for an emptied slab
-/// of the class, which this stream's hint now names": the group searches
-/// again. Not a packed slab (its slab bits are 0), nor 0.
-const REDIRECTED: u64 = 1;
 
 // A creation returns a slab or, below any slab's address, an outcome.
 const _: () = assert!((RETRY as u64) < SLAB_SIZE && (NO_MEMORY as u64) < SLAB_SIZE);
@@ -196,9 +223,14 @@ const LONG_SEARCH: u32 = 4;
 const TAKE_OVER_TRIES: u32 = 4;
 
 /// Marks of `empties` a claim looks at for an empty slab of its own class
-/// (a load of the slot and one of the slab's header each) before it asks
-/// the pool or the host, which costs far more.
-const OWN_CLASS_CHECKS: u32 = 32;
+/// (a load of the slot's word each) before it asks the pool or the host,
+/// which costs far more (`own_empty`).
+const OWN_CLASS_CHECKS: u32 = 8;
+
+/// Words of `empties` (32 slots each) a claim reads for those marks: the
+/// claimed slot's and the one before, where the class's newest slabs lie
+/// (a scan claims the first empty slot after its class's slabs).
+const OWN_CLASS_WORDS: u32 = 2;
 
 /// Slots an out-of-memory search looks at after the class's hint: the scan
 /// is bounded, so a malloc that returns null because the heap is full costs
@@ -387,8 +419,8 @@ impl DeviceHeap {
             class = simt::opaque_u32(class as u32) as usize;
             let group = simt::match_any_u32(pending, class as u32);
             let (mut found, mut outcome) = heap.scan(group, class);
-            if outcome == LOOK {
-                outcome = heap.look_or_claim(group, found.reserved, class);
+            if outcome == LOOK || outcome == CLAIM {
+                outcome = heap.look_or_claim(group, found.reserved, class, outcome == LOOK);
             }
             if outcome == CLAIMED || outcome == NOTHING {
                 // Claimed: `found.reserved` is the claimed slot. Nothing:
@@ -477,7 +509,7 @@ impl DeviceHeap {
                     FOUND,
                 )
             }
-            CLAIMED | LOOK => (
+            CLAIMED | LOOK | CLAIM => (
                 Found {
                     slab: 0,
                     reserved: word,
@@ -503,7 +535,7 @@ impl DeviceHeap {
         record(Event::Scan);
         let geo = geometry(class);
         let slot_count = self.slot_count();
-        let hinted = self.hint(class, slot_count);
+        let mut hinted = self.hint(class, slot_count);
         let hint = hinted & HINT_SLOT_MASK;
         let mut offset = 0u32;
         let mut retries = 0u32;
@@ -544,11 +576,15 @@ impl DeviceHeap {
                     (limit, claim) = ((bounds >> 32) as u32, bounds as u32);
                 }
                 let may_claim = claim != 0;
+                if seen.is_crowded_creation(class as u32, n, geo.usable) {
+                    hinted = CROWDED;
+                }
                 // An empty slot, about to be claimed: first the class's
                 // emptied slabs elsewhere are looked at (LOOK, out of the
                 // loop: `look_or_claim`).
                 if may_claim && seen.is_empty() {
-                    return (0, (LOOK << OUTCOME_SHIFT) | index);
+                    let outcome = if hinted == CROWDED { CLAIM } else { LOOK };
+                    return (0, (outcome << OUTCOME_SHIFT) | index);
                 }
                 seen.worth_a_lock(class as u32, geo.usable, n, may_claim)
             };
@@ -660,7 +696,12 @@ impl DeviceHeap {
                         // our own if no room comes first — the class grows
                         // by as many slabs at once as its waiting lanes
                         // need.
-                        _ => record(Event::Registration),
+                        Some(c) => {
+                            if c.class == class as u32 {
+                                hinted = CROWDED;
+                            }
+                            record(Event::Registration)
+                        }
                     },
                     // Being taken over (by another warp): it will be empty
                     // (claimable) soon.
@@ -706,13 +747,15 @@ impl DeviceHeap {
     }
 
     /// The scan of `group` (all calling) met empty slot `index`, which it
-    /// would claim for `class`. Before it does, its leader looks for an
-    /// emptied slab of the class with room among the `empties` marks
-    /// (`own_with_room`): one found, the caller's stream's hint names it
-    /// and the group scans again from there at once (AGAIN), putting it
-    /// back to use in place; none, the
-    /// leader claims the slot (CLAIMED: the group creates a slab in it) or,
-    /// if another group took it first, RETRY.
+    /// would claim for `class`. Before it does (with `look`: LOOK, not
+    /// CLAIM), its leader looks for an emptied slab of the class among the
+    /// `empties` marks (`own_empty`): one found, the caller's stream's hint
+    /// names it and the group scans again from there at once (AGAIN),
+    /// putting it back to use in place; none, the leader claims the slot
+    /// (CLAIMED: the group creates a slab in it) or, if another group took
+    /// it first, points its stream's hint at the slot and scans again from
+    /// there at once (AGAIN). (RETRY before: a drawn wait and a scan from
+    /// the hint, past the class's full slabs; see "Growth to the demand".)
     ///
     /// Out of the scan's loop, so that its registers are not the loop's
     /// (inside it, `alloc_free` spilled on sm_80; ptxas, 2026-12-05). Before
@@ -721,11 +764,16 @@ impl DeviceHeap {
     /// registered on it meanwhile and waited for nothing — in the
     /// contention test's warm launch at 8 KiB, 316 claims given up and
     /// 13 070 registrations (6.4 guard RMWs per warp-pair).
-    fn look_or_claim(&self, group: u32, index: u32, class: usize) -> u32 {
+    fn look_or_claim(&self, group: u32, index: u32, class: usize, look: bool) -> u32 {
         let leader = simt::leader(group);
         let mut outcome = RETRY;
         if simt::lane_id() == leader {
-            outcome = match self.own_with_room(class, group.count_ones()) {
+            let own = if look {
+                self.own_empty(class, index)
+            } else {
+                None
+            };
+            outcome = match own {
                 Some(empty) => {
                     record(Event::Redirect);
                     self.class_hint(class, self.stream())
@@ -743,7 +791,16 @@ impl DeviceHeap {
                     record(Event::Claim);
                     CLAIMED
                 }
-                None => RETRY,
+                // Claimed by another group since the look: the stream's
+                // next scan starts there at once (AGAIN), where it counts
+                // on that creation if it will have room, or goes on and
+                // claims the next empty slot — not from its hint again,
+                // after a wait, past the class's full slabs.
+                None => {
+                    self.class_hint(class, self.stream())
+                        .store(index + 1, Ordering::Relaxed);
+                    AGAIN
+                }
             };
         }
         simt::shfl_u32(group, outcome, leader)
@@ -772,13 +829,7 @@ impl DeviceHeap {
         let got = simt::shfl_u64(group, got, leader);
         let slab = (got >> 32) << SLAB_SHIFT;
         if slab == 0 {
-            return u64::from(if got == REDIRECTED {
-                RETRY
-            } else if adopt {
-                NOTHING
-            } else {
-                NO_MEMORY
-            });
+            return u64::from(if adopt { NOTHING } else { NO_MEMORY });
         }
         let index = (got as u32) >> CLEAN_BITS;
         let clean_words = got as u32 & CLEAN_MASK;
@@ -800,20 +851,11 @@ impl DeviceHeap {
                 None => 0,
             };
         }
-        // A slab of the class with room behind its hints (emptied since the
-        // scan's look, say): the claim is given up, this stream's hint
-        // points at that slab, and the group searches again, finding it
-        // there and putting it back to use in place — no takeover, no
-        // rebuild, no host. Room for one lane, not the group's: passing the
-        // group's size here cost 1 to 3 registers in every malloc kernel
-        // (ptxas, 2026-12-05), so a group larger than that room gives its
-        // claim up, is refused there by its scan, and looks again.
-        if let Some(empty) = self.own_with_room(class, 1) {
-            self.slot(index).abandon();
-            self.class_hint(class, self.stream())
-                .store(empty + 1, Ordering::Relaxed);
-            return REDIRECTED;
-        }
+        // No second look for an emptied slab of the class here: the scan's
+        // claim came after one (`look_or_claim`), or after a creation of the
+        // class that more lanes count on than it has room for (CLAIM), where
+        // one is pointless; a look here cost every claim up to 11 round
+        // trips more, and gave up claims that other groups had counted on.
         let generation = self.memory_generation();
         match self.obtain_slab(generation) {
             Some((slab, clean)) => pack(index, slab, clean),
@@ -913,24 +955,39 @@ impl DeviceHeap {
             .map(|(_, slab, clean)| (slab, clean))
     }
 
-    /// A slot marked in `empties` whose slab is of `class` and has room now
-    /// — empty, or put back to use since it emptied (a mark stays when its
-    /// class revives the slab: a slab that goes empty again needs it) —
-    /// among the first `OWN_CLASS_CHECKS` marks. Read without a reference —
-    /// the count, the slot's word, the header's block size — so a hint:
-    /// the search that follows locks the slab and checks again. `None` when
-    /// none of them is. (Empty ones only, it missed slabs of the class that
-    /// other groups had just revived, behind the searching group's hint: a
-    /// claim then asked the host while the class had room,
-    /// `classes_keep_their_emptied_slabs_while_the_host_has_memory`.)
-    fn own_with_room(&self, class: usize, n: u32) -> Option<u32> {
-        let geo = geometry(class);
-        self.empties
-            .find(self.slot_count(), OWN_CLASS_CHECKS, |slot| {
+    /// A slot marked in `empties` whose slab is of `class` and empty now,
+    /// among the marks of the `OWN_CLASS_WORDS` words up to `frontier`'s
+    /// (the empty slot the claim met, after the class's newest slabs),
+    /// `OWN_CLASS_CHECKS` of them at most: one load of the count, one a
+    /// word and one a mark asked about (the slot's word: count and class),
+    /// so at most 11 round trips. Read without a reference, so a hint: the
+    /// search that follows locks the slab and checks again. `None` when
+    /// none of them is. An emptied slab beyond those words stays marked:
+    /// a takeover finds it once the provider refuses, and `trim` gives it
+    /// back. (Starting at the class's start slot instead, a hash of the
+    /// class, cost `malloc_free_once` a register on sm_80; ptxas,
+    /// 2026-12-05.)
+    ///
+    /// Empty ones only. With any room (the slabs a class put back to use
+    /// keep their marks), a claim was given up for a slab whose room the
+    /// next free had made and the next malloc took: in the contention
+    /// test's rising demand at 8 KiB the class grew by 0 or 1 slabs to 0.6
+    /// to 0.75 of its demand, its warps walking its slabs for that room
+    /// (2026-12-05, BENCHMARKS.md "Growth when demand rises"). An empty
+    /// slab of the class is still taken before a new one: revived in
+    /// place, no host (`classes_keep_their_emptied_slabs_while_the_host_
+    /// has_memory`).
+    fn own_empty(&self, class: usize, frontier: u32) -> Option<u32> {
+        self.empties.find(
+            self.slot_count(),
+            frontier.saturating_sub(32 * (OWN_CLASS_WORDS - 1)),
+            OWN_CLASS_WORDS,
+            OWN_CLASS_CHECKS,
+            |slot| {
                 let seen = self.slot(slot).look();
-                seen.class() == Some(class as u32)
-                    && seen.count() + admission(n, geo.usable) <= geo.usable
-            })
+                seen.class() == Some(class as u32) && seen.count() == 0
+            },
+        )
     }
 
     /// Takes over an empty slab that `empties` names: a few marks are tried
