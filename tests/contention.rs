@@ -271,25 +271,35 @@ const COLD: Bounds = Bounds {
 /// whose cold launch grew 69 slabs, took 0.487 extra walk rounds against
 /// the noon bound of 0.5 (ten runs' most had been 0.42): 0.6 there, as
 /// this morning's bounds were corrected after a failed run.
+///
+/// With growth when demand rises (bounded marks, claims at once behind a
+/// crowded creation; 2026-12-05, 14:40-15:25 UTC, fifteen runs at 8 KiB,
+/// three of them as CI runs the test): guard RMWs per group-pair 3.11 to
+/// 3.32 (bound 4.5 → 3.5, the target), scans per group-malloc 1.03 to 1.09
+/// (1.6 → 1.2, the target), scans that met a creation 0 to 14 per 1 000
+/// group-mallocs (40 → 20; the target is 10), extra walk rounds 0.13 to
+/// 0.27 (0.6 → 0.4; the target is 0.1); round trips per pair, the mean
+/// over the warps, 9.5 to 11.3 (new bound 16; before the change, up to
+/// 37.2).
 const WARM: Bounds = Bounds {
     growth: 0.8,
     guard_rmws: 3.5,
-    guard_rmws_8k: 4.5,
+    guard_rmws_8k: 3.5,
     rmws_per_group_pair: 10.0,
     sleep_ns_per_pair: 50.0,
     scans: 1.2,
-    scans_8k: 1.6,
+    scans_8k: 1.2,
     long_searches: 10.0,
     long_searches_8k: 10.0,
     extra_probes_small: 0.1,
     extra_probes_1k: 0.1,
     extra_probes: 0.1,
-    extra_probes_8k: 0.6,
+    extra_probes_8k: 0.4,
     fences_per_pair: 4.0,
     path_round_trips: 9.0,
     path_round_trips_small: 7.0,
     creation_waits: 10.0,
-    creation_waits_8k: 40.0,
+    creation_waits_8k: 20.0,
     mean_round_trips: 16.0,
 };
 
