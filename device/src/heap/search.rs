@@ -209,6 +209,11 @@ const _: () = assert!(super::MAX_SLOTS < CROWDED as usize);
 const MARK_DUE: u32 = u32::MAX - 1;
 const _: () = assert!(super::MAX_SLOTS as u64 <= MARK_DUE as u64);
 
+/// `create_alone`'s word for "nothing to adopt, and the stream's hint now
+/// names the class's first slot": the group searches once more from there
+/// (`search_from_first`). Not a packed slab (its slab bits are 0), nor 0.
+const RESTARTED: u64 = 1;
+
 // A creation returns a slab or, below any slab's address, an outcome.
 const _: () = assert!((RETRY as u64) < SLAB_SIZE && (NO_MEMORY as u64) < SLAB_SIZE);
 
@@ -341,6 +346,19 @@ impl Found {
 /// fills between its free and its next malloc, taken by warps displaced
 /// from theirs.
 const BLIND_LOCK_USABLE: u32 = 1024;
+
+/// Whether a scan of `n` lanes in a class of `usable` blocks a slab locks
+/// its hint's slot without a look first: in classes of many blocks
+/// (`BLIND_LOCK_USABLE`), and for a group of at most a 32nd of a slab's
+/// blocks in the others — a group that small seldom finds its stream's
+/// slab full. In the contention test's mixed launch, where most groups are
+/// a lane or two, that took the path from 9 to 8 round trips per pair,
+/// warm (2026-12-05, 15:35 UTC, four runs; 8 KiB, whose groups are 32,
+/// unchanged; ptxas unchanged).
+#[inline(always)]
+fn locks_blind(usable: u32, n: u32) -> bool {
+    usable >= BLIND_LOCK_USABLE || n * 32 <= usable
+}
 
 /// The slot a class's first scan starts from (its hint until it has one): a
 /// hash of the class, spread over the table (murmur3's finaliser).
@@ -547,7 +565,7 @@ impl DeviceHeap {
         // `MARK_DUE`, until then): off the path of a malloc that finds
         // room at its hint. Such a lock claims nothing (an empty slot is
         // passed, and looked at again).
-        let mut blind = geo.usable >= BLIND_LOCK_USABLE;
+        let mut blind = locks_blind(geo.usable, n);
         let (mut limit, mut claim) = (u32::MAX, 0);
         while offset <= limit {
             // The hint, then the slots after it: a class's full slabs
@@ -796,9 +814,18 @@ impl DeviceHeap {
                 // on that creation if it will have room, or goes on and
                 // claims the next empty slot — not from its hint again,
                 // after a wait, past the class's full slabs.
+                //
+                // Not where the next scan would lock its hint's slot blind
+                // (`locks_blind`): a blind lock of a creation adds the
+                // group to its count unregistered, and the look after it
+                // registers the group again — counted twice, the creation
+                // looks crowded early and more slabs are claimed. Those
+                // scan again from their own hint.
                 None => {
-                    self.class_hint(class, self.stream())
-                        .store(index + 1, Ordering::Relaxed);
+                    if !locks_blind(geometry(class).usable, group.count_ones()) {
+                        self.class_hint(class, self.stream())
+                            .store(index + 1, Ordering::Relaxed);
+                    }
                     AGAIN
                 }
             };
@@ -829,7 +856,13 @@ impl DeviceHeap {
         let got = simt::shfl_u64(group, got, leader);
         let slab = (got >> 32) << SLAB_SHIFT;
         if slab == 0 {
-            return u64::from(if adopt { NOTHING } else { NO_MEMORY });
+            return u64::from(if got == RESTARTED {
+                RETRY
+            } else if adopt {
+                NOTHING
+            } else {
+                NO_MEMORY
+            });
         }
         let index = (got as u32) >> CLEAN_BITS;
         let clean_words = got as u32 & CLEAN_MASK;
@@ -848,7 +881,7 @@ impl DeviceHeap {
         if adopt {
             return match self.take_over_empty(false) {
                 Some((from, slab, clean)) => pack(from, slab, clean),
-                None => 0,
+                None => self.search_from_first(class),
             };
         }
         // No second look for an emptied slab of the class here: the scan's
@@ -872,6 +905,23 @@ impl DeviceHeap {
                 0
             }
         }
+    }
+
+    /// A group found nothing in an exhausted heap's window and no empty
+    /// slab to take over: before its lanes get null, its stream's hint
+    /// moves to the class's first slot (its first claim's), where its
+    /// older slabs lie, and it searches once more from there (RESTARTED) —
+    /// unless the hint is there already (0: null). A stream's hint may
+    /// name a slot far from the class's slabs with room: a claim it lost
+    /// (`look_or_claim`) whose creation the host then refused, say.
+    fn search_from_first(&self, class: usize) -> u64 {
+        let first = start_slot(class, self.slot_count()) + 1;
+        let hint = self.class_hint(class, self.stream());
+        if hint.load(Ordering::Relaxed) & HINT_SLOT_MASK == first {
+            return 0;
+        }
+        hint.store(first, Ordering::Relaxed);
+        RESTARTED
     }
 
     /// The lanes of `group` (all calling) own slot `index` (claimed, or
