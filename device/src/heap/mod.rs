@@ -130,7 +130,8 @@ pub const MAX_SLOTS: usize = 32_768;
 
 /// A class's hint for a stream, one 32-bit word: where the stream's next
 /// search of the class starts. Below `HINT_BLOCK_SHIFT`, the slot where the
-/// stream last found room or freed, plus one (0: no hint); above it, the
+/// stream last found room or freed (or lost a claim, or its class's first
+/// slot: heap/search.rs), plus one (0: no hint); above it, the
 /// block it last freed there, plus one (0: none; a block the field cannot
 /// hold, in the classes of the smallest blocks, is none): a malloc of the
 /// stream that finds room at the hint's slot starts its walk there if its

@@ -106,7 +106,9 @@
 //! A stream's hint names the slot where it last found room: a malloc that
 //! succeeds elsewhere moves it there, and every free moves it to the slab
 //! it freed into, with the block it freed (where the stream's next walk
-//! there starts: `HINT_BLOCK_SHIFT`). The scan starts at the hint
+//! there starts: `HINT_BLOCK_SHIFT`); a claim lost to another group
+//! moves it to that slot, a claim refused and an exhausted search that
+//! found nothing to the class's first slot. The scan starts at the hint
 //! and goes on from it, so the class's full slabs behind the hint are not
 //! walked again: as a class grows, a malloc looks at its hint (full, once
 //! it fills) and the next slots, where the class's next slab is claimed — a
@@ -180,9 +182,9 @@ const RETRY: u32 = 4;
 /// there is none.
 const LOOK: u32 = 5;
 /// Outcome: scan again at once, with no wait — the lanes a slab had no
-/// room for, or a group sent to its class's slab with room
-/// (`look_or_claim`): nothing to wait for, unlike RETRY's creation in
-/// flight. (With the wait, the drawn sleep of these rounds was most of the
+/// room for, a group sent to an emptied slab of its class, or a group
+/// whose claim another won (`look_or_claim`): nothing to wait for, unlike
+/// RETRY's creation in flight. (With the wait, the drawn sleep of these rounds was most of the
 /// sleep per pair in the contention test's warm launches: 10.7 of 15.6 ms
 /// at 8 KiB.)
 const AGAIN: u32 = 6;
@@ -496,9 +498,11 @@ impl DeviceHeap {
     /// One scan for the lanes of `group` (all of one class, all calling):
     /// the leader scans alone, then each lane gets its part. FOUND (a slab
     /// with room and a reservation: the group's first lanes, as many as the
-    /// slab had room for; the others RETRY), CLAIMED (`reserved` is a slot
-    /// the group claimed: it must create the slab), RETRY (a slot being
-    /// created: scan again), or NOTHING.
+    /// slab had room for; the others AGAIN), CLAIMED (`reserved` is a slot
+    /// the group claimed: it must create the slab), LOOK or CLAIM
+    /// (`reserved` is an empty slot the group would claim:
+    /// `look_or_claim`), RETRY (a slot being created: scan again), or
+    /// NOTHING.
     fn scan(&self, group: u32, class: usize) -> (Found, u32) {
         let leader = simt::leader(group);
         let (mut slab, mut packed) = (0u64, NOTHING << OUTCOME_SHIFT);
@@ -546,9 +550,9 @@ impl DeviceHeap {
     /// slot, the hint's block field in its low bits) and a word with the
     /// outcome above `OUTCOME_SHIFT`: FOUND with `base << FIT_BITS | fit`
     /// (`fit` references taken for the group's first lanes on top of
-    /// `base`, the spare ones given back), CLAIMED with the slot, RETRY or
-    /// NOTHING. No collectives: the leaders of other classes' groups scan
-    /// at the same time.
+    /// `base`, the spare ones given back), CLAIMED, LOOK or CLAIM with the
+    /// slot, RETRY or NOTHING. No collectives: the leaders of other
+    /// classes' groups scan at the same time.
     fn scan_alone(&self, class: usize, n: u32) -> (u64, u32) {
         record(Event::Scan);
         let geo = geometry(class);
@@ -715,7 +719,10 @@ impl DeviceHeap {
                         // by as many slabs at once as its waiting lanes
                         // need.
                         Some(c) => {
-                            if c.class == class as u32 {
+                            // Crowded: of our class, with no room for us
+                            // (not one that would serve us, passed after
+                            // `MAX_TRIES` waits).
+                            if c.class == class as u32 && c.lanes > geo.usable {
                                 hinted = CROWDED;
                             }
                             record(Event::Registration)
@@ -887,8 +894,10 @@ impl DeviceHeap {
         // No second look for an emptied slab of the class here: the scan's
         // claim came after one (`look_or_claim`), or after a creation of the
         // class that more lanes count on than it has room for (CLAIM), where
-        // one is pointless; a look here cost every claim up to 11 round
-        // trips more, and gave up claims that other groups had counted on.
+        // one is pointless, or (rare) at a lock that met the slot emptied
+        // since its look (`Lock::Claimed`); a look here cost every claim up
+        // to 11 round trips more, and gave up claims that other groups had
+        // counted on.
         let generation = self.memory_generation();
         match self.obtain_slab(generation) {
             Some((slab, clean)) => pack(index, slab, clean),
@@ -1024,9 +1033,11 @@ impl DeviceHeap {
     /// test's rising demand at 8 KiB the class grew by 0 or 1 slabs to 0.6
     /// to 0.75 of its demand, its warps walking its slabs for that room
     /// (2026-12-05, BENCHMARKS.md "Growth when demand rises"). An empty
-    /// slab of the class is still taken before a new one: revived in
-    /// place, no host (`classes_keep_their_emptied_slabs_while_the_host_
-    /// has_memory`).
+    /// slab of the class that this finds is still taken before a new one:
+    /// revived in place, no host (`classes_keep_their_emptied_slabs_while_
+    /// the_host_has_memory`) — but a claim after a crowded creation (CLAIM)
+    /// does not look, nor does a lock that met a slot emptied since its look
+    /// (`Lock::Claimed`, rare).
     fn own_empty(&self, class: usize, frontier: u32) -> Option<u32> {
         self.empties.find(
             self.slot_count(),
