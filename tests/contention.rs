@@ -284,7 +284,7 @@ const COLD: Bounds = Bounds {
 /// 0.27 (0.6 → 0.4; the target is 0.1); round trips per pair, the mean
 /// over the warps, 9.5 to 11.3 (new bound 16; before the change, up to
 /// 37.2). With small groups locking their hint blind in every class
-/// (`locks_blind`; 15:35-16:00 UTC, six runs): the path 8 round trips per
+/// (`locks_blind`; 15:28-15:34 UTC, six runs): the path 8 round trips per
 /// pair mixed (9 before), the mean 9.6 to 9.7 (10.3 to 10.7): the path
 /// bound for 8 KiB and mixed 9 → 8.
 const WARM: Bounds = Bounds {

@@ -355,7 +355,7 @@ const BLIND_LOCK_USABLE: u32 = 1024;
 /// blocks in the others — a group that small seldom finds its stream's
 /// slab full. In the contention test's mixed launch, where most groups are
 /// a lane or two, that took the path from 9 to 8 round trips per pair,
-/// warm (2026-12-05, 15:35 UTC, four runs; 8 KiB, whose groups are 32,
+/// warm (2026-12-05, 15:28-15:34 UTC, six runs; 8 KiB, whose groups are 32,
 /// unchanged; ptxas unchanged).
 #[inline(always)]
 fn locks_blind(usable: u32, n: u32) -> bool {
