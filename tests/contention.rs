@@ -623,26 +623,45 @@ fn measure(heap: &mut Heap, case: Case, seed: u64, warps: u32, context: &str) ->
     }
 }
 
-/// `alloc_free` at `size` on a fresh heap (cold: its slabs are created
-/// during the launch), then the same launch again on that heap (warm: its
-/// slabs are there, empty — the launch the GPU benchmark times).
-fn contention(case: Case, seed: u64) -> (Contention, Contention) {
+/// Two launches of `case` on one fresh heap, each held as its own: the
+/// first of `first_warps` warps, the second of `RESIDENT`; `labels` name
+/// them in the failures' context. The heap is checked empty after.
+fn on_one_heap(
+    case: Case,
+    seed: u64,
+    first_warps: u32,
+    title: &str,
+    labels: [&str; 2],
+) -> (Contention, Contention) {
     let mut heap = heap_with(HeapConfig {
         reserve: Some(16 << 30),
         streams: Some(STREAMS),
         ..HeapConfig::default()
     });
-    let context = format!("contention at {case}, seed {seed:#x}");
-    let cold = measure(&mut heap, case, seed, RESIDENT, &format!("{context}, cold"));
-    let warm = measure(
+    let context = format!("{title} at {case}, seed {seed:#x}");
+    let first = measure(
+        &mut heap,
+        case,
+        seed,
+        first_warps,
+        &format!("{context}, {}", labels[0]),
+    );
+    let second = measure(
         &mut heap,
         case,
         seed ^ 1,
         RESIDENT,
-        &format!("{context}, warm"),
+        &format!("{context}, {}", labels[1]),
     );
     assert_empty(&mut heap, &context);
-    (cold, warm)
+    (first, second)
+}
+
+/// `alloc_free` at `size` on a fresh heap (cold: its slabs are created
+/// during the launch), then the same launch again on that heap (warm: its
+/// slabs are there, empty — the launch the GPU benchmark times).
+fn contention(case: Case, seed: u64) -> (Contention, Contention) {
+    on_one_heap(case, seed, RESIDENT, "contention", ["cold", "warm"])
 }
 
 impl Contention {
@@ -828,28 +847,7 @@ fn the_heap_grows_to_the_demand_without_takeover_churn() {
 /// the class to the whole demand while the warps of the first half find
 /// their slabs again.
 fn rising(case: Case, seed: u64) -> (Contention, Contention) {
-    let mut heap = heap_with(HeapConfig {
-        reserve: Some(16 << 30),
-        streams: Some(STREAMS),
-        ..HeapConfig::default()
-    });
-    let context = format!("rising demand at {case}, seed {seed:#x}");
-    let half = measure(
-        &mut heap,
-        case,
-        seed,
-        RESIDENT / 2,
-        &format!("{context}, half"),
-    );
-    let all = measure(
-        &mut heap,
-        case,
-        seed ^ 1,
-        RESIDENT,
-        &format!("{context}, all"),
-    );
-    assert_empty(&mut heap, &context);
-    (half, all)
+    on_one_heap(case, seed, RESIDENT / 2, "rising demand", ["half", "all"])
 }
 
 #[test]

@@ -80,15 +80,22 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         self.hint.store(word, Ordering::Relaxed);
     }
 
+    /// The words that hold the marks of the first `slots`; `None` when no
+    /// slot is marked (the count's load).
+    #[inline(always)]
+    fn words_in_use(&self, slots: u32) -> Option<u32> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        Some(slots.div_ceil(32).min(WORDS as u32))
+    }
+
     /// Where a walk of the marks of the first `slots` goes: the words to
     /// look at and the one to start from (the hint's); `None` when no slot
     /// is marked.
     #[inline(always)]
     fn walk(&self, slots: u32) -> Option<(u32, u32)> {
-        if self.count.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let words = slots.div_ceil(32).min(WORDS as u32);
+        let words = self.words_in_use(slots)?;
         let hint = self.hint.load(Ordering::Relaxed);
         Some((words, if hint < words { hint } else { 0 }))
     }
@@ -145,10 +152,7 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         checks: u32,
         wanted: impl Fn(u32) -> bool,
     ) -> Option<u32> {
-        if self.count.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        let all = slots.div_ceil(32).min(WORDS as u32);
+        let all = self.words_in_use(slots)?;
         let start = if near / 32 < all { near / 32 } else { 0 };
         let mut asked = 0u32;
         for at in start..(start + words).min(all) {

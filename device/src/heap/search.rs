@@ -907,13 +907,20 @@ impl DeviceHeap {
                 // after their hint only, and the class's slabs begin at its
                 // start slot (its first claim's) — the newest, which the
                 // hints name, may be full while older ones have room.
-                let first = start_slot(class, self.slot_count()) + 1;
+                let first = self.first_hint(class);
                 self.class_hint(class, self.stream())
                     .store(first, Ordering::Relaxed);
                 self.class_hint(class, 0).store(first, Ordering::Relaxed);
                 0
             }
         }
+    }
+
+    /// The hint word that names `class`'s start slot (its first claim's,
+    /// where its oldest slabs lie), with no block.
+    #[inline(always)]
+    fn first_hint(&self, class: usize) -> u32 {
+        start_slot(class, self.slot_count()) + 1
     }
 
     /// A group found nothing in an exhausted heap's window and no empty
@@ -924,7 +931,7 @@ impl DeviceHeap {
     /// name a slot far from the class's slabs with room: a claim it lost
     /// (`look_or_claim`) whose creation the host then refused, say.
     fn search_from_first(&self, class: usize) -> u64 {
-        let first = start_slot(class, self.slot_count()) + 1;
+        let first = self.first_hint(class);
         let hint = self.class_hint(class, self.stream());
         if hint.load(Ordering::Relaxed) & HINT_SLOT_MASK == first {
             return 0;
