@@ -322,6 +322,38 @@ fn a_full_slot_table_is_a_clean_out_of_memory() {
     assert_empty(&mut heap, "full table");
 }
 
+/// A full slot table's slabs serve every block they hold before a malloc
+/// returns null: a search that may claim passes slabs with room for fewer
+/// than its group (admission) or for fewer than twice its group
+/// (headroom), room it leaves to others while it can make its own — and
+/// in a full table it cannot, so its last try takes any room
+/// (`LAST_RESORT`). Two slots at 8 KiB, warps of 32: 510 blocks, 15 warps
+/// served whole, then 30 lanes of the 16th. (Before the last try, the
+/// 15th warp got 32 nulls beside 62 free blocks, 31 in each slab.)
+#[test]
+fn a_full_slot_table_serves_every_block_before_null() {
+    let mut heap = heap(64 * SLAB_SIZE, 2);
+    let usable = geometry(class_index(block_size(8192))).usable as usize;
+    let mut kept = Vec::new();
+    for warp in 0..(2 * usable).div_ceil(32) {
+        let (_, got) = malloc_warp(&mut heap, 8192);
+        let room = 2 * usable - kept.len();
+        assert_eq!(
+            32 - nulls(&got),
+            room.min(32),
+            "warp {warp}: {room} blocks free in the table's slabs"
+        );
+        kept.extend(got.into_iter().filter(|&p| p != 0));
+    }
+    let (_, got) = malloc_warp(&mut heap, 8192);
+    assert_eq!(nulls(&got), 32, "the slabs are full");
+    // free(null) does nothing: whole warps.
+    kept.resize(kept.len().next_multiple_of(32), 0);
+    let warps = u32::try_from(kept.len() / 32).expect("warps");
+    free_counts(&mut heap, &LaunchConfig::linear(warps, 32), &kept);
+    assert_empty(&mut heap, "a full slot table, every block served");
+}
+
 #[test]
 fn bad_input_is_refused_and_counted_without_corruption() {
     for capability in CAPABILITIES {

@@ -375,21 +375,47 @@ impl Seen {
 
     /// Whether a search for `n` lanes of class `class` (slabs of `usable`
     /// blocks) should lock the slot: a published slab of its class with
-    /// the room [`admission`] wants (an empty one, a zero count, only if
-    /// the search may claim); a dead counter (an empty slot, a creation, a
+    /// the room it wants (an empty one, a zero count, only if the search
+    /// may claim); a dead counter (an empty slot, a creation, a
     /// takeover) only if the search may claim, and not a creation tagged
     /// for another class or one that will have no room for the `n` lanes —
     /// registering there would only inflate its count (its own class's
     /// groups would then pass it and claim more slabs than their lanes
     /// need) and cost an atomic. Another class's slab is passed without a
     /// lock: the counter names the class.
+    ///
+    /// The room wanted: what [`admission`] wants — twice over with
+    /// `headroom` (a search away from its stream's own slab that may claim
+    /// leaves a slab's last room to the warps whose hints name it: room
+    /// that shows for one group is mostly what those warps freed a moment
+    /// ago and come back for, and a group that takes it sends one of them
+    /// walking to the class's frontier, to claim a slab the launch did not
+    /// need) — or one block with `any_room` (a search's last try before
+    /// null takes all the room there is). An empty slab has room whatever
+    /// the search wants: in a class of one block a slab, twice the
+    /// admission is more than a slab, its own emptied slabs were passed
+    /// and a claim was sent back to them for ever
+    /// (`every_size_from_1_byte_to_3_mib` hung): no headroom there.
     #[inline(always)]
-    pub fn worth_a_lock(self, class: u32, usable: u32, n: u32, may_claim: bool) -> bool {
+    pub fn worth_a_lock(
+        self,
+        class: u32,
+        usable: u32,
+        n: u32,
+        may_claim: bool,
+        headroom: bool,
+        any_room: bool,
+    ) -> bool {
         let raw = self.refs;
         if self.is_live() {
             let count = raw & COUNT_MASK;
+            let want = if any_room {
+                1
+            } else {
+                admission(n, usable) << u32::from(headroom & (usable > 1))
+            };
             return self.class() == Some(class)
-                && count + admission(n, usable) <= usable
+                && count + want <= usable
                 && (may_claim || count > 0);
         }
         // An empty slot (whatever failed additions its counter holds), or
@@ -720,5 +746,47 @@ impl Guard {
 impl Default for Guard {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A published slab of class 3 at `count` references (slab field 1).
+    fn slab_at(count: u32) -> Seen {
+        Seen::of(u64::from(live_count(3, count)) << REFS_SHIFT | 1)
+    }
+
+    #[test]
+    fn a_search_wants_room_for_its_group_twice_over_or_any() {
+        // 8 KiB: 255 blocks; a group of 32.
+        let (usable, n) = (255, 32);
+        // Room for the group: worth it to a search that wants that.
+        assert!(slab_at(usable - 40).worth_a_lock(3, usable, n, false, false, false));
+        assert!(slab_at(usable - 40).worth_a_lock(3, usable, n, true, false, false));
+        assert!(!slab_at(usable - 32 + 1).worth_a_lock(3, usable, n, true, false, false));
+        // Room for it, not twice over: passed with headroom.
+        assert!(!slab_at(usable - 40).worth_a_lock(3, usable, n, true, true, false));
+        assert!(slab_at(usable - 64).worth_a_lock(3, usable, n, true, true, false));
+        // The last try takes any room; none is none.
+        assert!(slab_at(usable - 1).worth_a_lock(3, usable, n, true, false, true));
+        assert!(!slab_at(usable).worth_a_lock(3, usable, n, true, false, true));
+        // Another class's slab is never worth a lock.
+        assert!(!slab_at(0).worth_a_lock(5, usable, n, true, false, true));
+    }
+
+    #[test]
+    fn an_empty_slab_of_the_class_is_worth_a_lock_whatever_the_headroom() {
+        // A class of one block a slab: twice the room is more than a slab
+        // holds (a claim was sent back to the slab for ever).
+        for usable in [1, 2, 3, 31, 255] {
+            for n in [1, 2, 16, 32] {
+                assert!(
+                    slab_at(0).worth_a_lock(3, usable, n, true, true, false),
+                    "usable {usable}, n {n}"
+                );
+            }
+        }
     }
 }

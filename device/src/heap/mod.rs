@@ -135,13 +135,19 @@ pub const MAX_SLOTS: usize = 32_768;
 /// block it last freed there, plus one (0: none; a block the field cannot
 /// hold, in the classes of the smallest blocks, is none): a malloc of the
 /// stream that finds room at the hint's slot starts its walk there if its
-/// group has half a word of lanes or more (`Slab::allocate`). Only a free
-/// sets the field; a scan that moves the hint to another slot clears it.
+/// group has half a word of lanes or more (`Slab::allocate`). A free sets
+/// the field; a scan that moves the hint to another slot clears it. All
+/// ones in the field (no block a free names: `0xfffd` is the most it
+/// stores) says the stream's next scan is its last try before null and
+/// takes any room (`LAST_RESORT`, heap/search.rs); `0xfffe`, which no hint
+/// holds, is what a scan that starts from another stream's hint carries
+/// in its copy (`NEWCOMER`).
 ///
 /// ```text
 ///   31 ................. 16  15 ................... 0
 ///  ┌────────────────────────┬────────────────────────┐
-///  │ block + 1 (0: none)    │ slot + 1 (0: no hint)  │
+///  │ block + 1 (0: none;    │ slot + 1 (0: no hint)  │
+///  │ 0xffff: last try)      │                        │
 ///  └────────────────────────┴────────────────────────┘
 /// ```
 pub(crate) const HINT_BLOCK_SHIFT: u32 = 16;
@@ -705,7 +711,11 @@ impl DeviceHeap {
                 && let Some(g) = class_geometry(class)
                 && after < g.usable
             {
-                let block = index.filter(|&i| i < HINT_BLOCK_MASK).map_or(0, |i| i + 1);
+                // Below the field's two highest values: they say "a
+                // stream's last try" and "no hint of its own".
+                let block = index
+                    .filter(|&i| i + 2 < HINT_BLOCK_MASK)
+                    .map_or(0, |i| i + 1);
                 self.class_hint(class as usize, self.stream())
                     .store((slot + 1) | (block << HINT_BLOCK_SHIFT), Ordering::Relaxed);
             }

@@ -72,6 +72,23 @@
 //! 7.2 to 13.2 guard RMWs per group-pair, 8 warps a hint 4.8 to 5.9, a hint
 //! per warp 3.8 to 6.5 (BENCHMARKS.md).
 //!
+//! Room away from the hint is wanted twice over while the search may
+//! claim and its stream has a slab of its own (`Seen::worth_a_lock`:
+//! headroom; not for a stream with no hint of its own, `NEWCOMER`, nor
+//! after a crowded creation, `CROWDED`): the room a slab shows for one
+//! group is mostly what the warps whose hints name it freed a moment ago
+//! and come back for, and a group that takes it sends one of them walking
+//! to the class's frontier, where it claims — a claim a warm launch did
+//! not need, and a creation the next groups wait for. In the contention
+//! test's warm launches at 8 KiB (2026-12-05, 22:05-22:20 UTC, nine runs),
+//! extra walk rounds per group-malloc 0.069 to 0.103 (0.16 without, that
+//! evening), scans that met a creation 1 to 6 per 1 000 (7), guard RMWs per
+//! group-pair 3.04 to 3.10 (3.17); the cold launch grew 93 to 99 slabs for
+//! a demand of 65 (92). A search that may not claim (the heap is
+//! exhausted) takes any room its group fits in, and a search's last try
+//! before null takes any room at all (`LAST_RESORT`): in a full slot table
+//! the room passed is all there is.
+//!
 //! A slot — the hint's too, but in classes of many blocks a slab
 //! (`BLIND_LOCK_USABLE`) — is locked only when one load of its word
 //! (pointer, count and class: `Guard::look`) says it is worth it
@@ -198,18 +215,39 @@ const CLAIM: u32 = 7;
 
 /// A scan's hint word once the scan met a creation of its class that will
 /// not have room for its group (its next empty slot is claimed at once:
-/// CLAIM): a slot field no table reaches and no block — the hint's slot
-/// was read before, and its block serves only a scan that finds room at
-/// the hint, which this one left. In that word, not in a variable of its
-/// own, which cost the scan's loop a register (ptxas, 2026-12-05:
-/// `malloc_free_once` 47 → 48 on sm_80).
-const CROWDED: u32 = HINT_SLOT_MASK;
-const _: () = assert!(super::MAX_SLOTS < CROWDED as usize);
+/// CLAIM): a slot field no table reaches — the hint's slot was read before
+/// — and `NEWCOMER`'s block field: a class whose demand is ahead of its
+/// slabs leaves no headroom (`Seen::worth_a_lock`), and a newcomer's scan
+/// stays one (keeping its own block field instead, `hinted |= CROWDED`,
+/// cost sm_90 3 registers; ptxas, 2026-12-05). In that word, not in a
+/// variable of its own, which cost the scan's loop a register (ptxas,
+/// 2026-12-05: `malloc_free_once` 47 → 48 on sm_80).
+const CROWDED: u32 = NEWCOMER | HINT_SLOT_MASK;
+const _: () = assert!(super::MAX_SLOTS < HINT_SLOT_MASK as usize);
 
 /// A scan's `limit` while the exhausted mark is unread and due at the next
 /// look (`u32::MAX`: unread, read at a look only if it shows no room).
 const MARK_DUE: u32 = u32::MAX - 1;
 const _: () = assert!(super::MAX_SLOTS as u64 <= MARK_DUE as u64);
+
+/// A hint word whose block field is all ones (no block a free names:
+/// `free_small`): the stream's next scan is its last try before its lanes
+/// get null (`search_from_first`), and takes any room it meets
+/// (`Seen::worth_a_lock`'s `any_room`: no admission, no headroom). The
+/// scan that finds room stores a hint without it.
+const LAST_RESORT: u32 = HINT_BLOCK_MASK << HINT_BLOCK_SHIFT;
+/// A scan's hint word when its stream has no hint of its own (the class's
+/// or its start slot, `hint`): the block field's one but highest value,
+/// which no free stores either. Such a stream has no slab to come back
+/// to, nor room it freed to keep: its search wants room for its group
+/// only, no headroom (`Seen::worth_a_lock`) — a launch of warps that each
+/// malloc once, holding what they got, would otherwise leave a group's
+/// room in many slabs (the README's memory pressure example, 2 048 blocks
+/// of 8 KiB: 10 slabs, not 9, a sixth spilled to host memory). The scan
+/// that finds room stores a hint of the stream's own (at the hint's slot
+/// too, and with no block: this field is none).
+const NEWCOMER: u32 = (HINT_BLOCK_MASK - 1) << HINT_BLOCK_SHIFT;
+const _: () = assert!(NEWCOMER < CROWDED && CROWDED < LAST_RESORT);
 
 /// `create_alone`'s word for "nothing to adopt, and the stream's hint now
 /// names the class's first slot": the group searches once more from there
@@ -379,7 +417,8 @@ impl DeviceHeap {
     /// Where a search of `class` by the caller starts: its stream's hint,
     /// else the class's (stream 0's), else the class's start slot — the
     /// slot in the low `HINT_BLOCK_SHIFT` bits, the hint's block field (or
-    /// 0) above. A hint beyond the table (the host shrank it) is no hint.
+    /// 0) above; `NEWCOMER` above a hint not the stream's own. A hint
+    /// beyond the table (the host shrank it) is no hint.
     #[inline(always)]
     fn hint(&self, class: usize, slot_count: u32) -> u32 {
         let own = self
@@ -389,11 +428,12 @@ impl DeviceHeap {
         if (own & HINT_SLOT_MASK).wrapping_sub(1) < slot_count {
             return own - 1;
         }
-        match self.class_hint(class, 0).load(Ordering::Relaxed) {
-            // Another stream's block is not where this one freed.
-            h if (h & HINT_SLOT_MASK).wrapping_sub(1) < slot_count => (h - 1) & HINT_SLOT_MASK,
-            _ => start_slot(class, slot_count),
-        }
+        NEWCOMER
+            | match self.class_hint(class, 0).load(Ordering::Relaxed) {
+                // Another stream's block is not where this one freed.
+                h if (h & HINT_SLOT_MASK).wrapping_sub(1) < slot_count => (h - 1) & HINT_SLOT_MASK,
+                _ => start_slot(class, slot_count),
+            }
     }
 
     /// A block of class `class` for each lane of `lane_mask` (0: no
@@ -592,7 +632,8 @@ impl DeviceHeap {
                 // ours with room: off the path of a malloc that finds
                 // room at its hint.
                 if limit >= MARK_DUE
-                    && (limit == MARK_DUE || !seen.worth_a_lock(class as u32, geo.usable, n, false))
+                    && (limit == MARK_DUE
+                        || !seen.worth_a_lock(class as u32, geo.usable, n, false, false, false))
                 {
                     let bounds = self.search_bounds(class, n, slot_count);
                     (limit, claim) = ((bounds >> 32) as u32, bounds as u32);
@@ -608,7 +649,17 @@ impl DeviceHeap {
                     let outcome = if hinted == CROWDED { CLAIM } else { LOOK };
                     return (0, (outcome << OUTCOME_SHIFT) | index);
                 }
-                seen.worth_a_lock(class as u32, geo.usable, n, may_claim)
+                // Headroom while the search may claim, unless its stream
+                // has no slab of its own to come back to (`NEWCOMER`);
+                // any room on its last try (`LAST_RESORT`).
+                seen.worth_a_lock(
+                    class as u32,
+                    geo.usable,
+                    n,
+                    may_claim,
+                    may_claim & (hinted < NEWCOMER),
+                    hinted >= LAST_RESORT,
+                )
             };
             blind = false;
             if worth {
@@ -650,7 +701,7 @@ impl DeviceHeap {
                             // if the slab is the hint's; in the slab's
                             // low bits, which its alignment leaves 0.
                             let mut block = hinted >> HINT_BLOCK_SHIFT;
-                            if offset != 0 {
+                            if offset != 0 || hinted >= NEWCOMER {
                                 self.class_hint(class, self.stream())
                                     .store(index + 1, Ordering::Relaxed);
                                 block = 0;
@@ -923,20 +974,23 @@ impl DeviceHeap {
         start_slot(class, self.slot_count()) + 1
     }
 
-    /// A group found nothing in an exhausted heap's window and no empty
-    /// slab to take over: before its lanes get null, its stream's hint
-    /// moves to the class's first slot (its first claim's), where its
-    /// older slabs lie, and it searches once more from there (RESTARTED) —
-    /// unless the hint is there already (0: null). A stream's hint may
+    /// A group found nothing in an exhausted heap's window (or a full
+    /// slot table) and no empty slab to take over: before its lanes get
+    /// null, its stream's hint moves to the class's first slot (its first
+    /// claim's), where its older slabs lie, and it searches once more from
+    /// there (RESTARTED), taking any room it meets (`LAST_RESORT`) —
+    /// unless that search was this one (0: null). A stream's hint may
     /// name a slot far from the class's slabs with room: a claim it lost
-    /// (`look_or_claim`) whose creation the host then refused, say.
+    /// (`look_or_claim`) whose creation the host then refused, say. And
+    /// the scans before passed room that a search able to claim leaves to
+    /// others (headroom), or that holds only part of the group
+    /// (`admission`): in a full table, that room is all there is.
     fn search_from_first(&self, class: usize) -> u64 {
-        let first = self.first_hint(class);
         let hint = self.class_hint(class, self.stream());
-        if hint.load(Ordering::Relaxed) & HINT_SLOT_MASK == first {
+        if hint.load(Ordering::Relaxed) >= LAST_RESORT {
             return 0;
         }
-        hint.store(first, Ordering::Relaxed);
+        hint.store(self.first_hint(class) | LAST_RESORT, Ordering::Relaxed);
         RESTARTED
     }
 
