@@ -290,12 +290,12 @@ const COLD: Bounds = Bounds {
 ///
 /// With headroom (a search away from its stream's own slab wants room for
 /// its group twice over while it may claim: `Seen::worth_a_lock`;
-/// 2026-12-05, 22:05-22:20 UTC, nine runs, six of them in release and three
+/// 2026-12-05, 22:05-22:17 UTC, nine runs, six of them in release and three
 /// as CI runs the test), at 8 KiB warm: extra walk rounds per group-malloc
 /// 0.069 to 0.103 (bound 0.4 → 0.15; the target is 0.1), scans that met a
 /// creation 1 to 6 per 1 000 group-mallocs (20 → 10, the target), guard
 /// RMWs per group-pair 3.04 to 3.10, round trips per pair (the mean over
-/// the warps) 9.0 to 9.4. Without it that day (21:20 UTC): 0.162, 7, 3.17
+/// the warps) 9.0 to 9.4. Without it that day (21:18 UTC): 0.162, 7, 3.17
 /// and 9.8.
 const WARM: Bounds = Bounds {
     growth: 0.8,

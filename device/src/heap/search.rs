@@ -80,7 +80,7 @@
 //! and come back for, and a group that takes it sends one of them walking
 //! to the class's frontier, where it claims — a claim a warm launch did
 //! not need, and a creation the next groups wait for. In the contention
-//! test's warm launches at 8 KiB (2026-12-05, 22:05-22:20 UTC, nine runs),
+//! test's warm launches at 8 KiB (2026-12-05, 22:05-22:17 UTC, nine runs),
 //! extra walk rounds per group-malloc 0.069 to 0.103 (0.16 without, that
 //! evening), scans that met a creation 1 to 6 per 1 000 (7), guard RMWs per
 //! group-pair 3.04 to 3.10 (3.17); the cold launch grew 93 to 99 slabs for
