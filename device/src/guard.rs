@@ -385,7 +385,8 @@ impl Seen {
     /// lock: the counter names the class.
     ///
     /// The room wanted: what [`admission`] wants — twice over with
-    /// `headroom` (a search away from its stream's own slab that may claim
+    /// `headroom` (a search that may claim, away from its stream's own
+    /// slab, or at it when it looks again after a lock found no room,
     /// leaves a slab's last room to the warps whose hints name it: room
     /// that shows for one group is mostly what those warps freed a moment
     /// ago and come back for, and a group that takes it sends one of them
@@ -772,8 +773,11 @@ mod tests {
         // The last try takes any room; none is none.
         assert!(slab_at(usable - 1).worth_a_lock(3, usable, n, true, false, true));
         assert!(!slab_at(usable).worth_a_lock(3, usable, n, true, false, true));
-        // Another class's slab is never worth a lock.
+        // Another class's slab is never worth a lock; an empty one of the
+        // class only to a search that may claim, however little it wants.
         assert!(!slab_at(0).worth_a_lock(5, usable, n, true, false, true));
+        assert!(!slab_at(0).worth_a_lock(3, usable, n, false, false, true));
+        assert!(slab_at(0).worth_a_lock(3, usable, n, true, false, true));
     }
 
     #[test]

@@ -136,7 +136,8 @@ pub const MAX_SLOTS: usize = 32_768;
 /// hold, in the classes of the smallest blocks, is none): a malloc of the
 /// stream that finds room at the hint's slot starts its walk there if its
 /// group has half a word of lanes or more (`Slab::allocate`). A free sets
-/// the field; a scan that moves the hint to another slot clears it. All
+/// the field; a scan that finds room elsewhere clears it (so does one at
+/// the hint's slot whose word carries a sentinel below). All
 /// ones in the field (no block a free names: `0xfffd` is the most it
 /// stores) says the stream's next scan is its last try before null and
 /// takes any room (`LAST_RESORT`, heap/search.rs); `0xfffe`, which no hint

@@ -87,7 +87,9 @@
 //! a demand of 65 (92). A search that may not claim (the heap is
 //! exhausted) takes any room its group fits in, and a search's last try
 //! before null takes any room at all (`LAST_RESORT`): in a full slot table
-//! the room passed is all there is.
+//! the room passed is all there is. The price: more slabs (above), and at
+//! the host's limit room passed for headroom can be out of reach of an
+//! exhausted heap's bounded search (`search_from_first`, "Limits").
 //!
 //! A slot — the hint's too, but in classes of many blocks a slab
 //! (`BLIND_LOCK_USABLE`) — is locked only when one load of its word
@@ -587,7 +589,8 @@ impl DeviceHeap {
     /// `class`, from the class's hint (offset 0) on (offset `o`: the `o`-th
     /// slot after it), to the table's end or, while the heap is exhausted,
     /// the window's. Returns the slab (0 but for FOUND; found at the hint's
-    /// slot, the hint's block field in its low bits) and a word with the
+    /// slot of a hint of the stream's own, the hint's block field in its
+    /// low bits) and a word with the
     /// outcome above `OUTCOME_SHIFT`: FOUND with `base << FIT_BITS | fit`
     /// (`fit` references taken for the group's first lanes on top of
     /// `base`, the spare ones given back), CLAIMED, LOOK or CLAIM with the
@@ -979,12 +982,25 @@ impl DeviceHeap {
     /// null, its stream's hint moves to the class's first slot (its first
     /// claim's), where its older slabs lie, and it searches once more from
     /// there (RESTARTED), taking any room it meets (`LAST_RESORT`) —
-    /// unless that search was this one (0: null). A stream's hint may
-    /// name a slot far from the class's slabs with room: a claim it lost
+    /// unless the stream's hint says a last try was made already (0:
+    /// null), by this group or by another of the stream's; a free or a
+    /// found slab of the stream clears it. A stream's hint may name a slot
+    /// far from the class's slabs with room: a claim it lost
     /// (`look_or_claim`) whose creation the host then refused, say. And
     /// the scans before passed room that a search able to claim leaves to
     /// others (headroom), or that holds only part of the group
-    /// (`admission`): in a full table, that room is all there is.
+    /// (`admission`): in a full slot table, that room is all there is.
+    ///
+    /// Limits: the last try, like any search of an exhausted heap, looks
+    /// at the window after the class's first slot only, so room that a
+    /// scan passed for headroom before the host refused its claim is found
+    /// only if it lies there (or once memory comes back, or a free points
+    /// a hint at it) — at the host's limit, headroom can end in null where
+    /// the group would have fitted, and with `spill` in a slab of host
+    /// memory; a crowded creation met during the last try ends its any
+    /// room (`CROWDED` replaces the word); and the flag, left on a stream's
+    /// hint by a null, makes that stream's next search (in a later launch,
+    /// say) one that takes any room, splitting its group over a gap.
     fn search_from_first(&self, class: usize) -> u64 {
         let hint = self.class_hint(class, self.stream());
         if hint.load(Ordering::Relaxed) >= LAST_RESORT {
