@@ -354,6 +354,86 @@ fn a_full_slot_table_serves_every_block_before_null() {
     assert_empty(&mut heap, "a full slot table, every block served");
 }
 
+/// One warp's `lanes` (from lane 0) mallocs of `size` bytes on `heap`, as
+/// [`malloc_warp`] launches them: the addresses (0: null).
+fn malloc_lanes(heap: &mut Heap, size: u32, lanes: u32) -> Vec<u64> {
+    let ptrs = buffer::<u64>(heap, lanes as usize);
+    let cfg = LaunchConfig::linear(1, lanes)
+        .seed(7)
+        .workers(1)
+        .convergence(Convergence::Converged);
+    run(
+        heap,
+        &cfg,
+        malloc_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+            size,
+        },
+    );
+    read(heap, &ptrs)
+}
+
+/// At the host's limit, a group whose scan passed a slab with room for it
+/// (not twice over: headroom) and whose claim the host then refused is
+/// served from that slab: its stream's next search looks at the window
+/// that ends at the refused slot, not only at the class's first slots.
+/// 40 slabs of 8 KiB fill a region of 40; the 36th has 63 blocks free, the
+/// 34th one (where the warp's stream freed last), the rest none. (With the
+/// stream's hint at the class's first slot after the refusal, as before,
+/// all 32 lanes got null: the exhausted heap's window there holds no room
+/// for them, nor does the last try's.)
+#[test]
+fn a_refused_claim_is_served_by_the_room_its_scan_passed() {
+    const SLABS: usize = 40;
+    let mut heap = heap(SLABS as u64 * SLAB_SIZE, 32_768);
+    let usable = geometry(class_index(block_size(8192))).usable;
+    // Slab by slab, in the order the class claims its slots (one warp, one
+    // stream: each claim is the slot after the last): whole warps while a
+    // slab has room for one, then its last blocks.
+    let mut slabs: Vec<Vec<u64>> = Vec::new();
+    for _ in 0..SLABS {
+        let mut got = Vec::new();
+        for _ in 0..usable / 32 {
+            got.extend(malloc_lanes(&mut heap, 8192, 32));
+        }
+        got.extend(malloc_lanes(&mut heap, 8192, usable % 32));
+        assert_eq!(nulls(&got), 0, "slab {}: {got:x?}", slabs.len());
+        let base = got[0] & !(SLAB_SIZE - 1);
+        assert!(
+            got.iter().all(|&p| p & !(SLAB_SIZE - 1) == base),
+            "one slab"
+        );
+        slabs.push(got);
+    }
+    assert_eq!(heap.stats().expect("stats").live.live_slabs, SLABS as u64);
+    // Room: 63 blocks in slab 35, then one in slab 33, where the stream's
+    // hint now points.
+    let (room, hint) = (
+        slabs[35].split_off(usable as usize - 63),
+        slabs[33].split_off(usable as usize - 1),
+    );
+    for ptrs in room.chunks(32).chain([hint.as_slice()]) {
+        free_counts(&mut heap, &LaunchConfig::linear(1, ptrs.len() as u32), ptrs);
+    }
+    let asked = heap.stats().expect("stats").rpc.allocs;
+    let got = malloc_lanes(&mut heap, 8192, 32);
+    // The scan passed slab 35 and asked the host, which refused.
+    assert_eq!(heap.stats().expect("stats").rpc.allocs, asked + 1);
+    assert_eq!(nulls(&got), 0, "room for the warp in slab 35: {got:x?}");
+    let s35 = slabs[35][0] & !(SLAB_SIZE - 1);
+    assert!(got.iter().all(|&p| p & !(SLAB_SIZE - 1) == s35), "{got:x?}");
+    for ptrs in slabs.iter().chain([&got]) {
+        for chunk in ptrs.chunks(32) {
+            free_counts(
+                &mut heap,
+                &LaunchConfig::linear(1, chunk.len() as u32),
+                chunk,
+            );
+        }
+    }
+    assert_empty(&mut heap, "a refused claim served by the room it passed");
+}
+
 #[test]
 fn bad_input_is_refused_and_counted_without_corruption() {
     for capability in CAPABILITIES {

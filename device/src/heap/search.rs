@@ -87,9 +87,11 @@
 //! a demand of 65 (92). A search that may not claim (the heap is
 //! exhausted) takes any room its group fits in, and a search's last try
 //! before null takes any room at all (`LAST_RESORT`): in a full slot table
-//! the room passed is all there is. The price: more slabs (above), and at
-//! the host's limit room passed for headroom can be out of reach of an
-//! exhausted heap's bounded search (`search_from_first`, "Limits").
+//! the room passed is all there is; a refused claim's stream searches
+//! next the window that ends at the refused slot, where its scan passed
+//! room. The price: more slabs (above), and at the host's limit room
+//! passed far back can be out of reach of an exhausted heap's bounded
+//! search (`search_from_first`, "Limits").
 //!
 //! A slot — the hint's too, but in classes of many blocks a slab
 //! (`BLIND_LOCK_USABLE`) — is locked only when one load of its word
@@ -958,13 +960,21 @@ impl DeviceHeap {
             None => {
                 self.slot(index).abandon();
                 // No memory: the exhausted heap's searches look at a window
-                // after their hint only, and the class's slabs begin at its
-                // start slot (its first claim's) — the newest, which the
-                // hints name, may be full while older ones have room.
-                let first = self.first_hint(class);
+                // after their hint only. The stream's next one looks at
+                // the window that ends at the refused slot, where its scan
+                // just passed slabs of the class — with room for the group,
+                // but not twice over (headroom), say; its last try, at the
+                // class's start slot (`search_from_first`). The class's
+                // hint goes there: its slabs begin at its start slot (its
+                // first claim's), and the newest, which the hints name,
+                // may be full while older ones have room. (In that order:
+                // stream 0's hint is the class's.)
+                let slots = self.slot_count();
+                let back = (EXHAUSTED_WINDOW - 1).min(slots - 1);
+                self.class_hint(class, 0)
+                    .store(self.first_hint(class), Ordering::Relaxed);
                 self.class_hint(class, self.stream())
-                    .store(first, Ordering::Relaxed);
-                self.class_hint(class, 0).store(first, Ordering::Relaxed);
+                    .store(wrap(index, slots - back, slots) + 1, Ordering::Relaxed);
                 0
             }
         }
@@ -992,15 +1002,17 @@ impl DeviceHeap {
     /// (`admission`): in a full slot table, that room is all there is.
     ///
     /// Limits: the last try, like any search of an exhausted heap, looks
-    /// at the window after the class's first slot only, so room that a
-    /// scan passed for headroom before the host refused its claim is found
-    /// only if it lies there (or once memory comes back, or a free points
-    /// a hint at it) — at the host's limit, headroom can end in null where
-    /// the group would have fitted, and with `spill` in a slab of host
-    /// memory; a crowded creation met during the last try ends its any
-    /// room (`CROWDED` replaces the word); and the flag, left on a stream's
-    /// hint by a null, makes that stream's next search (in a later launch,
-    /// say) one that takes any room, splitting its group over a gap.
+    /// at a window of slots only. Room that a scan passed for headroom
+    /// before the host refused its claim lies, mostly, in the window that
+    /// ends at the refused slot, where the refusal points the stream's
+    /// hint (`create_alone`; `a_refused_claim_is_served_by_the_room_its_
+    /// scan_passed`); room it passed further back is found only once
+    /// memory comes back or a free points a hint at it — and with `spill`
+    /// the claim gets a slab of host memory instead. A crowded creation met
+    /// during the last try ends its any room (`CROWDED` replaces the
+    /// word). The flag, left on a stream's hint by a null, makes that
+    /// stream's next search (in a later launch, say) one that takes any
+    /// room, splitting its group over a gap.
     fn search_from_first(&self, class: usize) -> u64 {
         let hint = self.class_hint(class, self.stream());
         if hint.load(Ordering::Relaxed) >= LAST_RESORT {
