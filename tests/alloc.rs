@@ -357,20 +357,7 @@ fn a_full_slot_table_serves_every_block_before_null() {
 /// One warp's `lanes` (from lane 0) mallocs of `size` bytes on `heap`, as
 /// [`malloc_warp`] launches them: the addresses (0: null).
 fn malloc_lanes(heap: &mut Heap, size: u32, lanes: u32) -> Vec<u64> {
-    let ptrs = buffer::<u64>(heap, lanes as usize);
-    let cfg = LaunchConfig::linear(1, lanes)
-        .seed(7)
-        .workers(1)
-        .convergence(Convergence::Converged);
-    run(
-        heap,
-        &cfg,
-        malloc_only::Args {
-            ptrs: ptrs.kernel_ptr(),
-            size,
-        },
-    );
-    read(heap, &ptrs)
+    malloc_lanes_counts(heap, size, lanes).1
 }
 
 /// At the host's limit, a group whose scan passed a slab with room for it
@@ -412,9 +399,14 @@ fn a_refused_claim_is_served_by_the_room_its_scan_passed() {
         slabs[35].split_off(usable as usize - 63),
         slabs[33].split_off(usable as usize - 1),
     );
-    for ptrs in room.chunks(32).chain([hint.as_slice()]) {
-        free_counts(&mut heap, &LaunchConfig::linear(1, ptrs.len() as u32), ptrs);
-    }
+    // Each warp's blocks freed by a launch of their own (the stream's).
+    let free = |heap: &mut Heap, ptrs: &[u64]| {
+        for chunk in ptrs.chunks(32) {
+            free_counts(heap, &LaunchConfig::linear(1, chunk.len() as u32), chunk);
+        }
+    };
+    free(&mut heap, &room);
+    free(&mut heap, &hint);
     let asked = heap.stats().expect("stats").rpc.allocs;
     let got = malloc_lanes(&mut heap, 8192, 32);
     // The scan passed slab 35 and asked the host, which refused.
@@ -423,13 +415,7 @@ fn a_refused_claim_is_served_by_the_room_its_scan_passed() {
     let s35 = slabs[35][0] & !(SLAB_SIZE - 1);
     assert!(got.iter().all(|&p| p & !(SLAB_SIZE - 1) == s35), "{got:x?}");
     for ptrs in slabs.iter().chain([&got]) {
-        for chunk in ptrs.chunks(32) {
-            free_counts(
-                &mut heap,
-                &LaunchConfig::linear(1, chunk.len() as u32),
-                chunk,
-            );
-        }
+        free(&mut heap, ptrs);
     }
     assert_empty(&mut heap, "a refused claim served by the room it passed");
 }
@@ -935,8 +921,13 @@ fn free_counts(heap: &mut Heap, cfg: &LaunchConfig, ptrs: &[u64]) -> LaunchStats
 /// The simulator's counts of one warp's launch of `malloc_only` (`size`
 /// bytes per lane) on `heap`, and the addresses it got (0: null).
 fn malloc_warp_counts(heap: &mut Heap, size: u32) -> (LaunchStats, Vec<u64>) {
-    let ptrs = buffer::<u64>(heap, 32);
-    let cfg = LaunchConfig::linear(1, 32)
+    malloc_lanes_counts(heap, size, 32)
+}
+
+/// The same for the first `lanes` lanes of the warp.
+fn malloc_lanes_counts(heap: &mut Heap, size: u32, lanes: u32) -> (LaunchStats, Vec<u64>) {
+    let ptrs = buffer::<u64>(heap, lanes as usize);
+    let cfg = LaunchConfig::linear(1, lanes)
         .seed(7)
         .workers(1)
         .convergence(Convergence::Converged);
