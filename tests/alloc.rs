@@ -1231,14 +1231,23 @@ fn classes_keep_their_emptied_slabs_while_the_host_has_memory() {
     assert!(traffic.slabs_from_provider >= 2, "{traffic:?}");
     // Each class's next round is served by its own emptied slabs: revived
     // in place where its search meets them, taken over into a new slot
-    // where they lie behind its hints. Neither round asks the host, so
-    // neither took the other's slabs.
+    // where they lie behind its hints. Neither round asks the host for
+    // them, so neither took the other's slabs. One slab from the host is
+    // the most a round may take: at 16 KiB (127 blocks a slab, 3.97 groups
+    // of 32) a group displaced from its stream's slab passes the class's
+    // other slabs when they have room for it but not twice over
+    // (headroom, `Seen::worth_a_lock`) and claims — its stream's hint and
+    // two others' on one slab, say, and two streams' on each of the others
+    // (63 blocks free there). That claim's slab holds every group left, and
+    // a group that meets it being created counts on it. (Seen once in
+    // about forty runs, 2026-12-06, 00:29 UTC, under the load of the whole
+    // test suite: 3 slabs revived and 1 from the host.)
     let mut before = second;
     for (size, slabs) in [(16 << 10, 3), (8 << 10, 2)] {
         let now = round(&mut heap, size);
         let traffic = now.traffic.since(&before.traffic);
-        assert_eq!(
-            traffic.slabs_from_provider, 0,
+        assert!(
+            traffic.slabs_from_provider <= 1,
             "{size} B: the class's own slabs were not found: {traffic:?}"
         );
         assert!(

@@ -133,34 +133,50 @@ pub const MAX_SLOTS: usize = 32_768;
 /// stream last found room or freed (or lost a claim, or its class's first
 /// slot: heap/search.rs), plus one (0: no hint); above it, the
 /// block it last freed there, plus one (0: none; a block the field cannot
-/// hold, in the classes of the smallest blocks, is none): a malloc of the
-/// stream that finds room at the hint's slot starts its walk there if its
-/// group has half a word of lanes or more (`Slab::allocate`). A free sets
-/// the field; a scan that finds room elsewhere clears it (so does one at
-/// the hint's slot whose word carries a sentinel below). All
-/// ones in the field (no block a free names: `0xfffd` is the most it
-/// stores) says the stream's next scan is its last try before null and
-/// takes any room (`LAST_RESORT`, heap/search.rs); `0xfffe`, which no hint
-/// holds, is what a scan that starts from another stream's hint carries
-/// in its copy (`NEWCOMER`).
+/// hold, in the classes of the smallest blocks, is none), and whether that
+/// free left room for its group four times over (`HINT_ROOMY`): a malloc of
+/// the stream that finds room at the hint's slot starts its walk there if
+/// its group has half a word of lanes or more (`Slab::allocate`), and a
+/// roomy hint's slot is locked without a look first (`locks_blind`,
+/// heap/search.rs). A free sets the field; a scan that finds room
+/// elsewhere clears it (so does one at the hint's slot whose word carries
+/// a sentinel below). All ones in the field (no free stores it:
+/// `HINT_BLOCKS`) says the stream's next scan is its last try before null
+/// and takes any room (`LAST_RESORT`, heap/search.rs);
+/// `0xfffe`, which no hint holds, is what a scan that starts from another
+/// stream's hint carries in its copy (`NEWCOMER`).
 ///
 /// ```text
-///   31 ................. 16  15 ................... 0
-///  ┌────────────────────────┬────────────────────────┐
-///  │ block + 1 (0: none;    │ slot + 1 (0: no hint)  │
-///  │ 0xffff: last try)      │                        │
-///  └────────────────────────┴────────────────────────┘
+///   31  30 ........... 16  15 ................... 0
+///  ┌───┬──────────────────┬────────────────────────┐
+///  │ r │ block + 1        │ slot + 1 (0: no hint)  │
+///  │   │ (0: none)        │                        │
+///  └───┴──────────────────┴────────────────────────┘
+///   r: roomy (`HINT_ROOMY`). 0xffff in bits 16..32: last try
+///   (`LAST_RESORT`); 0xfffe: not the stream's own (`NEWCOMER`, only
+///   in a scan's copy)
 /// ```
 pub(crate) const HINT_BLOCK_SHIFT: u32 = 16;
 /// The slot's field of a hint.
 pub(crate) const HINT_SLOT_MASK: u32 = (1 << HINT_BLOCK_SHIFT) - 1;
-/// The block's field of a hint, shifted down; a scan hands it to the walk
-/// in the low bits of the slab's address (aligned to `SLAB_SIZE`).
+/// The block's field of a hint, shifted down, with its roomy bit; a scan
+/// hands the block (the bits below `HINT_ROOMY`) to the walk in the low
+/// bits of the slab's address (aligned to `SLAB_SIZE`).
 pub(crate) const HINT_BLOCK_MASK: u32 = (1 << (32 - HINT_BLOCK_SHIFT)) - 1;
+/// The block field's top bit (shifted down): the free that set the hint
+/// left its slab with room for its group four times over.
+pub(crate) const HINT_ROOMY: u32 = 1 << (31 - HINT_BLOCK_SHIFT);
+/// Blocks a hint names: a free of block `i ≥ HINT_BLOCKS` stores none, so
+/// that no field a free stores, roomy or not, is one of the two sentinels
+/// (`0xfffe` and `0xffff`: the field's highest values).
+pub(crate) const HINT_BLOCKS: u32 = HINT_ROOMY - 3;
 const _: () = assert!(MAX_SLOTS <= HINT_SLOT_MASK as usize);
 const _: () = assert!((HINT_BLOCK_MASK as u64) < SLAB_SIZE);
+const _: () = assert!(HINT_ROOMY == (HINT_BLOCK_MASK >> 1) + 1);
+// The most a free stores: block `HINT_BLOCKS - 1`, plus one, roomy.
+const _: () = assert!((HINT_BLOCKS | HINT_ROOMY) == HINT_BLOCK_MASK - 2);
 // 64 B blocks and larger: a slab's blocks fit the field.
-const _: () = assert!(SLAB_SIZE / 64 < HINT_BLOCK_MASK as u64);
+const _: () = assert!(geometry(3).block == 64 && geometry(3).usable <= HINT_BLOCKS);
 
 /// Emptied slabs a refused large block gives back to the host at most
 /// before it asks again.
@@ -712,11 +728,18 @@ impl DeviceHeap {
                 && let Some(g) = class_geometry(class)
                 && after < g.usable
             {
-                // Below the field's two highest values: they say "a
-                // stream's last try" and "no hint of its own".
-                let block = index
-                    .filter(|&i| i + 2 < HINT_BLOCK_MASK)
-                    .map_or(0, |i| i + 1);
+                // The block, if the field names it (`HINT_BLOCKS`: no
+                // field a free stores is one of its two highest values,
+                // which say "a stream's last try" and "no hint of its
+                // own"); the roomy bit where the slab has room for the
+                // group four times over, so that the stream's next malloc
+                // locks it without a look (`locks_blind`).
+                let block = index.filter(|&i| i < HINT_BLOCKS).map_or(0, |i| i + 1)
+                    | if after + 4 * n <= g.usable {
+                        HINT_ROOMY
+                    } else {
+                        0
+                    };
                 self.class_hint(class as usize, self.stream())
                     .store((slot + 1) | (block << HINT_BLOCK_SHIFT), Ordering::Relaxed);
             }

@@ -94,8 +94,9 @@
 //! search (`search_from_first`, "Limits").
 //!
 //! A slot — the hint's too, but in classes of many blocks a slab
-//! (`BLIND_LOCK_USABLE`) — is locked only when one load of its word
-//! (pointer, count and class: `Guard::look`) says it is worth it
+//! (`BLIND_LOCK_USABLE`), for small groups and where the stream's last
+//! free there left room (`locks_blind`) — is locked only when one load of
+//! its word (pointer, count and class: `Guard::look`) says it is worth it
 //! (`Seen::worth_a_lock`): a live slab of the group's class with room for
 //! the whole group (admission, `guard::admission`: a slab with room for
 //! only part of it would split the group over two slabs, a lock and a free
@@ -153,7 +154,7 @@
 //! found until memory comes back (a free into a full slab points the hint
 //! at it).
 
-use super::{DeviceHeap, HINT_BLOCK_MASK, HINT_BLOCK_SHIFT, HINT_SLOT_MASK};
+use super::{DeviceHeap, HINT_BLOCK_MASK, HINT_BLOCK_SHIFT, HINT_ROOMY, HINT_SLOT_MASK};
 use crate::abi::ProviderKind;
 use crate::event::{Event, record};
 use crate::granule::Granule;
@@ -388,20 +389,46 @@ impl Found {
 /// full slab 0.46 to 0.99 times per group-malloc (guard RMWs per
 /// group-pair 4.9 to 6.7): at 7 groups of 32 a slab, a stream's slab
 /// fills between its free and its next malloc, taken by warps displaced
-/// from theirs.
+/// from theirs. In those classes a hint is locked blind where its free
+/// left room (`locks_blind`: a roomy hint).
 const BLIND_LOCK_USABLE: u32 = 1024;
 
-/// Whether a scan of `n` lanes in a class of `usable` blocks a slab locks
-/// its hint's slot without a look first: in classes of many blocks
-/// (`BLIND_LOCK_USABLE`), and for a group of at most a 32nd of a slab's
-/// blocks in the others — a group that small seldom finds its stream's
-/// slab full. In the contention test's mixed launch, where most groups are
-/// a lane or two, that took the path from 9 to 8 round trips per pair,
-/// warm (2026-12-05, 15:28-15:34 UTC, six runs; 8 KiB, whose groups are 32,
-/// unchanged; ptxas unchanged).
+/// A hint word (as `hint` returns it) at or above this, and below
+/// `NEWCOMER`, is roomy: the free that set it left the slab with room for
+/// its group four times over (`HINT_ROOMY`).
+const ROOMY: u32 = HINT_ROOMY << HINT_BLOCK_SHIFT;
+const _: () = assert!(ROOMY < NEWCOMER);
+
+/// Whether a scan of `n` lanes in a class of `usable` blocks a slab,
+/// starting at the hint word `hinted`, locks its hint's slot without a
+/// look first: in classes of many blocks (`BLIND_LOCK_USABLE`); for a
+/// group of at most a 32nd of a slab's blocks in the others — a group
+/// that small seldom finds its stream's slab full; and where the hint is
+/// roomy (`ROOMY`: its stream's last free there left room for its group
+/// four times over, so the slab seldom fills before the stream's next
+/// malloc). A caller about to store a hint with no block passes 0.
+///
+/// The small groups: in the contention test's mixed launch, where most
+/// groups are a lane or two, the path went from 9 to 8 round trips per
+/// pair, warm (2026-12-05, 15:28-15:34 UTC, six runs; 8 KiB, whose groups
+/// are 32, unchanged; ptxas unchanged).
+///
+/// The roomy hint: at 8 KiB (groups of 32, 255 blocks a slab), warm,
+/// sixteen runs (2026-12-06, 00:05-00:28 UTC), the path went from 8 to 7
+/// round trips per pair, their mean over the warps from 9.0-9.4 to
+/// 8.5-9.2, guard RMWs per group-pair 3.08 to 3.18 (3.04 to 3.10 before),
+/// extra walk rounds per group-malloc 0.078 to 0.133 (0.069 to 0.117);
+/// ptxas unchanged. With every hint that names a block (a free's, whatever room
+/// it left) locked blind, guard RMWs were 3.60 to 3.66 (2026-12-05): a
+/// crowded slab's lock fails or splits the group. With the block stored
+/// only where the free left room for its group twice over (one field for
+/// both), the path was 7 too but guard RMWs 3.40 and extra walk rounds
+/// 0.20; four times over, 3.19 and 0.165 — the frees that stored no block
+/// sent two thirds of the walks to a look into a crowded slab, where one
+/// in six collided (one in twelve of those that started at the block).
 #[inline(always)]
-fn locks_blind(usable: u32, n: u32) -> bool {
-    usable >= BLIND_LOCK_USABLE || n * 32 <= usable
+fn locks_blind(usable: u32, n: u32, hinted: u32) -> bool {
+    usable >= BLIND_LOCK_USABLE || n * 32 <= usable || (ROOMY..NEWCOMER).contains(&hinted)
 }
 
 /// The slot a class's first scan starts from (its hint until it has one): a
@@ -607,14 +634,15 @@ impl DeviceHeap {
         let mut offset = 0u32;
         let mut retries = 0u32;
         // The hint's slot is locked without a look first in classes of
-        // many blocks a slab (`BLIND_LOCK_USABLE`), whose hint slab is
-        // seldom full: the look's load off the path. The exhausted mark is
+        // many blocks a slab (`BLIND_LOCK_USABLE`), by small groups and
+        // where the stream's last free left room (`locks_blind`), whose
+        // hint slab is seldom full: the look's load off the path. The exhausted mark is
         // read only when a look shows no slab of ours with room, or after
         // a lock made without it found none (`limit` is `u32::MAX`, then
         // `MARK_DUE`, until then): off the path of a malloc that finds
         // room at its hint. Such a lock claims nothing (an empty slot is
         // passed, and looked at again).
-        let mut blind = locks_blind(geo.usable, n);
+        let mut blind = locks_blind(geo.usable, n, hinted);
         let (mut limit, mut claim) = (u32::MAX, 0);
         while offset <= limit {
             // The hint, then the slots after it: a class's full slabs
@@ -705,7 +733,7 @@ impl DeviceHeap {
                             // The hint's block, where the walk starts,
                             // if the slab is the hint's; in the slab's
                             // low bits, which its alignment leaves 0.
-                            let mut block = hinted >> HINT_BLOCK_SHIFT;
+                            let mut block = (hinted >> HINT_BLOCK_SHIFT) & (HINT_ROOMY - 1);
                             if offset != 0 || hinted >= NEWCOMER {
                                 self.class_hint(class, self.stream())
                                     .store(index + 1, Ordering::Relaxed);
@@ -885,7 +913,7 @@ impl DeviceHeap {
                 // looks crowded early and more slabs are claimed. Those
                 // scan again from their own hint.
                 None => {
-                    if !locks_blind(geometry(class).usable, group.count_ones()) {
+                    if !locks_blind(geometry(class).usable, group.count_ones(), 0) {
                         self.class_hint(class, self.stream())
                             .store(index + 1, Ordering::Relaxed);
                     }
