@@ -134,15 +134,16 @@ pub const MAX_SLOTS: usize = 32_768;
 /// slot: heap/search.rs), plus one (0: no hint); above it, the
 /// block it last freed there, plus one (0: none; a block the field cannot
 /// hold, in the classes of the smallest blocks, is none), and whether that
-/// free left room for its group four times over (`HINT_ROOMY`): a malloc of
-/// the stream that finds room at the hint's slot starts its walk there if
-/// its group has half a word of lanes or more (`Slab::allocate`), and a
-/// roomy hint's slot is locked without a look first (`locks_blind`,
-/// heap/search.rs). A free sets the field; a scan that finds room
-/// elsewhere clears it (so does one at the hint's slot whose word carries
-/// a sentinel below). All ones in the field (no free stores it:
-/// `HINT_BLOCKS`) says the stream's next scan is its last try before null
-/// and takes any room (`LAST_RESORT`, heap/search.rs);
+/// free left the slab room for a warp's group four times over
+/// (`HINT_ROOMY`, `ROOMY_BLOCKS`; a malloc at the hint that leaves less
+/// clears it): a malloc of the stream that finds room at the hint's slot
+/// starts its walk there if its group has half a word of lanes or more
+/// (`Slab::allocate`), and a roomy hint's slot is locked without a look
+/// first (`locks_blind`, heap/search.rs). A free sets the field; a scan
+/// that finds room elsewhere clears it (so does one at the hint's slot
+/// whose word carries a sentinel below). All ones in the field (no free
+/// stores it: `HINT_BLOCKS`) says the stream's next scan is its last try
+/// before null and takes any room (`LAST_RESORT`, heap/search.rs);
 /// `0xfffe`, which no hint holds, is what a scan that starts from another
 /// stream's hint carries in its copy (`NEWCOMER`).
 ///
@@ -164,8 +165,15 @@ pub(crate) const HINT_SLOT_MASK: u32 = (1 << HINT_BLOCK_SHIFT) - 1;
 /// bits of the slab's address (aligned to `SLAB_SIZE`).
 pub(crate) const HINT_BLOCK_MASK: u32 = (1 << (32 - HINT_BLOCK_SHIFT)) - 1;
 /// The block field's top bit (shifted down): the free that set the hint
-/// left its slab with room for its group four times over.
+/// left its slab room for a warp's group four times over
+/// (`ROOMY_BLOCKS`).
 pub(crate) const HINT_ROOMY: u32 = 1 << (31 - HINT_BLOCK_SHIFT);
+/// Free blocks a release must leave for the freeing stream's hint to be
+/// roomy: a warp's group four times over, whatever the freeing group's
+/// size — a lane's free must not send its warp's next group of 32 blind
+/// into a slab with room for a few. A malloc at the hint that leaves less
+/// clears the bit.
+pub(crate) const ROOMY_BLOCKS: u32 = 4 * 32;
 /// Blocks a hint names: a free of block `i ≥ HINT_BLOCKS` stores none, so
 /// that no field a free stores, roomy or not, is one of the two sentinels
 /// (`0xfffe` and `0xffff`: the field's highest values).
@@ -731,11 +739,12 @@ impl DeviceHeap {
                 // The block, if the field names it (`HINT_BLOCKS`: no
                 // field a free stores is one of its two highest values,
                 // which say "a stream's last try" and "no hint of its
-                // own"); the roomy bit where the slab has room for the
-                // group four times over, so that the stream's next malloc
-                // locks it without a look (`locks_blind`).
+                // own"); the roomy bit where the slab has room for a
+                // warp's group four times over (`ROOMY_BLOCKS`), so that
+                // the stream's next malloc locks it without a look
+                // (`locks_blind`).
                 let block = index.filter(|&i| i < HINT_BLOCKS).map_or(0, |i| i + 1)
-                    | if after + 4 * n <= g.usable {
+                    | if after + ROOMY_BLOCKS <= g.usable {
                         HINT_ROOMY
                     } else {
                         0

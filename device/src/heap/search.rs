@@ -154,7 +154,9 @@
 //! found until memory comes back (a free into a full slab points the hint
 //! at it).
 
-use super::{DeviceHeap, HINT_BLOCK_MASK, HINT_BLOCK_SHIFT, HINT_ROOMY, HINT_SLOT_MASK};
+use super::{
+    DeviceHeap, HINT_BLOCK_MASK, HINT_BLOCK_SHIFT, HINT_ROOMY, HINT_SLOT_MASK, ROOMY_BLOCKS,
+};
 use crate::abi::ProviderKind;
 use crate::event::{Event, record};
 use crate::granule::Granule;
@@ -394,8 +396,8 @@ impl Found {
 const BLIND_LOCK_USABLE: u32 = 1024;
 
 /// A hint word (as `hint` returns it) at or above this, and below
-/// `NEWCOMER`, is roomy: the free that set it left the slab with room for
-/// its group four times over (`HINT_ROOMY`).
+/// `NEWCOMER`, is roomy: the free that set it left the slab room for a
+/// warp's group four times over (`HINT_ROOMY`, `ROOMY_BLOCKS`).
 const ROOMY: u32 = HINT_ROOMY << HINT_BLOCK_SHIFT;
 const _: () = assert!(ROOMY < NEWCOMER);
 
@@ -404,9 +406,10 @@ const _: () = assert!(ROOMY < NEWCOMER);
 /// look first: in classes of many blocks (`BLIND_LOCK_USABLE`); for a
 /// group of at most a 32nd of a slab's blocks in the others — a group
 /// that small seldom finds its stream's slab full; and where the hint is
-/// roomy (`ROOMY`: its stream's last free there left room for its group
-/// four times over, so the slab seldom fills before the stream's next
-/// malloc). A caller about to store a hint with no block passes 0.
+/// roomy (`ROOMY`: its stream's last free there left room for a warp's
+/// group four times over, so the slab seldom fills before the stream's
+/// next malloc). A caller about to store a hint that is not roomy (the slot
+/// alone) passes 0.
 ///
 /// The small groups: in the contention test's mixed launch, where most
 /// groups are a lane or two, the path went from 9 to 8 round trips per
@@ -414,18 +417,22 @@ const _: () = assert!(ROOMY < NEWCOMER);
 /// are 32, unchanged; ptxas unchanged).
 ///
 /// The roomy hint: at 8 KiB (groups of 32, 255 blocks a slab), warm,
-/// sixteen runs (2026-12-06, 00:05-00:28 UTC), the path went from 8 to 7
-/// round trips per pair, their mean over the warps from 9.0-9.4 to
-/// 8.5-9.2, guard RMWs per group-pair 3.08 to 3.18 (3.04 to 3.10 before),
-/// extra walk rounds per group-malloc 0.078 to 0.133 (0.069 to 0.117);
-/// ptxas unchanged. With every hint that names a block (a free's, whatever room
-/// it left) locked blind, guard RMWs were 3.60 to 3.66 (2026-12-05): a
-/// crowded slab's lock fails or splits the group. With the block stored
-/// only where the free left room for its group twice over (one field for
-/// both), the path was 7 too but guard RMWs 3.40 and extra walk rounds
-/// 0.20; four times over, 3.19 and 0.165 — the frees that stored no block
-/// sent two thirds of the walks to a look into a crowded slab, where one
-/// in six collided (one in twelve of those that started at the block).
+/// twenty-two runs (2026-12-06, 00:05-00:58 UTC), the path went from 8 to
+/// 7 round trips per pair (7.25 in one run: only 37 % of those scans are
+/// blind, and the path is the best warp's), their mean over the warps
+/// from 9.0-9.4 to 8.5-9.2, guard RMWs per group-pair 3.08 to 3.18 (3.04
+/// to 3.10 before), extra walk rounds per group-malloc 0.078 to 0.141
+/// (0.069 to 0.117); ptxas unchanged. Room for a group two or three times
+/// over (`ROOMY_BLOCKS` 64 or 96) made more scans blind (70 %, 54 %) but
+/// took more guard RMWs and walk rounds (3.31-3.42 and 0.148-0.196; 3.19-
+/// 3.26 and 0.121-0.136). With every hint that names a block (a free's,
+/// whatever room it left) locked blind, guard RMWs were 3.60 to 3.66
+/// (2026-12-05): a crowded slab's lock fails or splits the group. With
+/// the block stored only where the free left room (one field for both),
+/// the frees that stored none sent two thirds of the walks to a look into
+/// a crowded slab, where one in six collided (0.165 extra walk rounds
+/// at four times over); with the room flagged apart, one in sixteen walks
+/// from the hint's block collided.
 #[inline(always)]
 fn locks_blind(usable: u32, n: u32, hinted: u32) -> bool {
     usable >= BLIND_LOCK_USABLE || n * 32 <= usable || (ROOMY..NEWCOMER).contains(&hinted)
@@ -618,8 +625,8 @@ impl DeviceHeap {
     /// `class`, from the class's hint (offset 0) on (offset `o`: the `o`-th
     /// slot after it), to the table's end or, while the heap is exhausted,
     /// the window's. Returns the slab (0 but for FOUND; found at the hint's
-    /// slot of a hint of the stream's own, the hint's block field in its
-    /// low bits) and a word with the
+    /// slot of a hint of the stream's own, the hint's block in its low
+    /// bits, without the roomy bit) and a word with the
     /// outcome above `OUTCOME_SHIFT`: FOUND with `base << FIT_BITS | fit`
     /// (`fit` references taken for the group's first lanes on top of
     /// `base`, the spare ones given back), CLAIMED, LOOK or CLAIM with the
@@ -738,6 +745,11 @@ impl DeviceHeap {
                                 self.class_hint(class, self.stream())
                                     .store(index + 1, Ordering::Relaxed);
                                 block = 0;
+                            } else if hinted >= ROOMY && count + ROOMY_BLOCKS > geo.usable {
+                                // The hint's slab is roomy no more: the
+                                // stream's next malloc looks first.
+                                self.class_hint(class, self.stream())
+                                    .store((hinted - ROOMY) + 1, Ordering::Relaxed);
                             }
                             return (
                                 slab | u64::from(block),
