@@ -408,8 +408,8 @@ const _: () = assert!(ROOMY < NEWCOMER);
 /// that small seldom finds its stream's slab full; and where the hint is
 /// roomy (`ROOMY`: its stream's last free there left room for a warp's
 /// group four times over, so the slab seldom fills before the stream's
-/// next malloc). A caller about to store a hint that is not roomy (the slot
-/// alone) passes 0.
+/// next malloc). A caller about to store a hint that is not roomy (the
+/// slot alone) passes 0.
 ///
 /// The small groups: in the contention test's mixed launch, where most
 /// groups are a lane or two, the path went from 9 to 8 round trips per
@@ -424,8 +424,8 @@ const _: () = assert!(ROOMY < NEWCOMER);
 /// to 3.10 before), extra walk rounds per group-malloc 0.078 to 0.141
 /// (0.069 to 0.117); ptxas unchanged. Room for a group two or three times
 /// over (`ROOMY_BLOCKS` 64 or 96) made more scans blind (70 %, 54 %) but
-/// took more guard RMWs and walk rounds (3.31-3.42 and 0.148-0.196; 3.19-
-/// 3.26 and 0.121-0.136). With every hint that names a block (a free's,
+/// took more guard RMWs and walk rounds (3.31-3.42 and 0.148-0.196;
+/// 3.19-3.26 and 0.121-0.136). With every hint that names a block (a free's,
 /// whatever room it left) locked blind, guard RMWs were 3.60 to 3.66
 /// (2026-12-05): a crowded slab's lock fails or splits the group. With
 /// the block stored only where the free left room (one field for both),
@@ -643,12 +643,12 @@ impl DeviceHeap {
         // The hint's slot is locked without a look first in classes of
         // many blocks a slab (`BLIND_LOCK_USABLE`), by small groups and
         // where the stream's last free left room (`locks_blind`), whose
-        // hint slab is seldom full: the look's load off the path. The exhausted mark is
-        // read only when a look shows no slab of ours with room, or after
-        // a lock made without it found none (`limit` is `u32::MAX`, then
-        // `MARK_DUE`, until then): off the path of a malloc that finds
-        // room at its hint. Such a lock claims nothing (an empty slot is
-        // passed, and looked at again).
+        // hint slab is seldom full: the look's load off the path. The
+        // exhausted mark is read only when a look shows no slab of ours
+        // with room, or after a lock made without it found none (`limit`
+        // is `u32::MAX`, then `MARK_DUE`, until then): off the path of a
+        // malloc that finds room at its hint. Such a lock claims nothing
+        // (an empty slot is passed, and looked at again).
         let mut blind = locks_blind(geo.usable, n, hinted);
         let (mut limit, mut claim) = (u32::MAX, 0);
         while offset <= limit {
