@@ -1237,3 +1237,37 @@ impl DeviceHeap {
         after
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::super::HINT_BLOCKS;
+    use super::*;
+
+    /// A hint word as `DeviceHeap::hint` returns it for the stream's own
+    /// hint: the slot (7), and the block field `field` above it.
+    fn own(field: u32) -> u32 {
+        (field << HINT_BLOCK_SHIFT) | 7
+    }
+
+    #[test]
+    fn a_roomy_hint_is_locked_blind_and_no_sentinel_is_roomy() {
+        // 8 KiB: 255 blocks a slab, a group of 32 looks first...
+        let (usable, n) = (255, 32);
+        assert!(!locks_blind(usable, n, own(0)));
+        assert!(!locks_blind(usable, n, own(5)));
+        // ...unless its stream's hint is roomy, with a block or without,
+        // up to the most a free stores.
+        assert!(locks_blind(usable, n, own(HINT_ROOMY)));
+        assert!(locks_blind(usable, n, own(HINT_ROOMY | 5)));
+        assert!(locks_blind(usable, n, own(HINT_ROOMY | HINT_BLOCKS)));
+        // The sentinels are no roomy hints: another stream's hint, a
+        // crowded creation met, a last try.
+        assert!(!locks_blind(usable, n, NEWCOMER | 7));
+        assert!(!locks_blind(usable, n, CROWDED));
+        assert!(!locks_blind(usable, n, LAST_RESORT | 7));
+        // Small groups, and classes of many blocks, lock blind anyway.
+        assert!(locks_blind(usable, 7, own(5)));
+        assert!(locks_blind(BLIND_LOCK_USABLE, n, own(5)));
+        assert!(!locks_blind(usable, 8, own(5)));
+    }
+}
