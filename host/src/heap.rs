@@ -139,6 +139,14 @@ pub struct HeapConfig {
     /// mallocs get null, and `HeapStats`'s report names the classes short).
     /// Refused in RPC mode, which asks the host anyway.
     pub pool_fallback: bool,
+    /// Empty slabs each size class keeps through [`Heap::trim`] (default 0:
+    /// a trim gives every empty slab back). Between launches that allocate
+    /// alike, a keep of a class's slabs lets the next launch revive them in
+    /// place instead of asking the host again (a warm launch); a trim still
+    /// gives back the rest, and the empty slabs of classes the next phase
+    /// no longer uses beyond the keep. Within a launch a class keeps all of
+    /// its emptied slabs until the host refuses memory.
+    pub keep: u32,
 }
 
 impl HeapConfig {
@@ -222,6 +230,7 @@ impl Default for HeapConfig {
             streams: None,
             spill: false,
             pool_fallback: false,
+            keep: 0,
         }
     }
 }
@@ -616,14 +625,17 @@ pub struct Heap {
     /// The `DeviceHeap`, in device memory.
     state: Box<dyn Allocation>,
     /// Its hint table (`hint_table_bytes` of its streams), in device
-    /// memory beside it: the device reads and writes it, the host never.
-    _hints: Box<dyn Allocation>,
+    /// memory beside it: the device reads and writes it, the host only in
+    /// a trim that keeps slabs (`Heap::trim_keeping`).
+    hints: Box<dyn Allocation>,
     mailbox: Box<dyn HostMapping>,
     region: SharedRegion,
     counters: Arc<Counters>,
     phases: Mutex<Phases>,
     mode: Mode,
     pool_fallback: bool,
+    /// Empty slabs per class that `trim` leaves (`HeapConfig::keep`).
+    keep: u32,
     launcher: Option<Launcher>,
     device: Arc<dyn Device>,
 }
@@ -906,13 +918,14 @@ impl Heap {
             links: Mutex::new(Vec::new()),
             _registered: registered,
             state,
-            _hints: hints,
+            hints,
             mailbox,
             region,
             counters,
             phases: Mutex::new(Phases::new()),
             mode: config.mode,
             pool_fallback: config.pool_fallback,
+            keep: config.keep,
             launcher,
             device,
         })
@@ -1124,16 +1137,43 @@ impl Heap {
     }
 
     /// Takes the device's empty slabs back (the slots that publish a slab
-    /// with no live block) and unmaps every mapped granule that is free
+    /// with no live block), but the first [`HeapConfig::keep`] of each
+    /// size class, and unmaps every mapped granule that is free
     /// (synchronises first). Returns the bytes unmapped. In pool mode the
     /// empty slabs go back to the pool: the pool's slabs stay mapped.
     pub fn trim(&mut self) -> Result<u64, HostError> {
+        self.trim_keeping(self.keep)
+    }
+
+    /// [`Heap::trim`] with `keep` empty slabs kept per size class instead
+    /// of [`HeapConfig::keep`] (0: every empty slab goes). The hints of a
+    /// class that kept slabs and named slots the trim emptied name the
+    /// kept slabs after it, so that the class's next launch finds them
+    /// first.
+    pub fn trim_keeping(&mut self, keep: u32) -> Result<u64, HostError> {
         self.quiesce()?;
         let mut taken = Vec::new();
         let copy = self.read_device_heap()?;
         // The phase's peak, before its slabs go.
         self.observe(&copy, &lock(&self.region))?;
-        copy.take_empty(|slab| taken.push(slab));
+        // The hint table, read and written back only when slabs are kept.
+        let mut hints = vec![0u32; if keep == 0 { 0 } else { self.hints.len() / 4 }];
+        if !hints.is_empty() {
+            // SAFETY: the heap's hint table in device memory, of `hints`'
+            // size in bytes; no kernel runs (synchronised above).
+            unsafe {
+                self.device
+                    .read(self.hints.addr(), bytemuck::cast_slice_mut(&mut hints))
+            }?;
+        }
+        copy.take_empty(keep, &mut hints, |slab| taken.push(slab));
+        if !hints.is_empty() {
+            // SAFETY: as for the read above.
+            unsafe {
+                self.device
+                    .write(self.hints.addr(), bytemuck::cast_slice(&hints))
+            }?;
+        }
         let mut region = lock(&self.region);
         if let Mode::Pool { slabs } = self.mode {
             // Back to the pool, up to its size (a pool with fallback
