@@ -691,6 +691,35 @@ fn on_one_heap(
     (first, second)
 }
 
+/// `case`'s launch on a fresh heap warmed up (`Heap::warm_up`) from the
+/// profile of a cold launch of it on another: the classes' slabs are there,
+/// empty, before the first launch — which is held to the warm bounds.
+fn warmed_up(case: Case, seed: u64) -> Contention {
+    let context = format!("warmed up at {case}, seed {seed:#x}");
+    let config = HeapConfig {
+        reserve: Some(16 << 30),
+        streams: Some(STREAMS),
+        ..HeapConfig::default()
+    };
+    let mut heap = heap_with(config);
+    measure(
+        &mut heap,
+        case,
+        seed,
+        RESIDENT,
+        &format!("{context}, profiled"),
+    );
+    let profile = heap.profile().expect("profile");
+    assert_empty(&mut heap, &context);
+    drop(heap);
+    let mut heap = heap_with(config);
+    let published = heap.warm_up(&profile).expect("warm up");
+    assert_eq!(published, profile.slabs(), "{context}: {profile:?}");
+    let launch = measure(&mut heap, case, seed ^ 1, RESIDENT, &context);
+    assert_empty(&mut heap, &context);
+    launch
+}
+
 /// `alloc_free` at `size` on a fresh heap (cold: its slabs are created
 /// during the launch), then the same launch again on that heap (warm: its
 /// slabs are there, empty — the launch the GPU benchmark times).
@@ -871,6 +900,21 @@ fn the_heap_grows_to_the_demand_without_takeover_churn() {
         println!("{case} warm: {}", warm.line());
         failures.push_str(&cold.failures(case, &format!("{case} cold"), &COLD));
         failures.push_str(&warm.failures(case, &format!("{case} warm"), &WARM));
+    }
+    assert!(failures.is_empty(), "{failures}");
+}
+
+/// A heap warmed up from a profile launches as a warm heap does: its
+/// first launch creates no slab and meets the warm bounds.
+#[test]
+fn a_heap_warmed_up_from_a_profile_launches_warm() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut failures = String::new();
+    let cases = [16, 64, 1024, 8192].map(Case::Size);
+    for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
+        let primed = warmed_up(case, 0x3a4d ^ i as u64);
+        println!("{case} warmed up: {}", primed.line());
+        failures.push_str(&primed.failures(case, &format!("{case} warmed up"), &WARM));
     }
     assert!(failures.is_empty(), "{failures}");
 }

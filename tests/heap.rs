@@ -1032,3 +1032,77 @@ fn a_trim_keeps_each_classes_keep_for_the_next_launch() {
     );
     assert_empty(&mut heap, "pool kept, trimmed");
 }
+
+/// A heap warmed up from a run's profile (`Heap::warm_up`) holds each
+/// class's slabs published and empty before its first launch, and that
+/// launch revives them instead of creating slabs: in RPC mode it asks the
+/// host for none, in pool mode the pool's slabs are already in their
+/// classes.
+#[test]
+fn a_heap_warmed_up_from_a_profile_creates_no_slab() {
+    use warpalloc::HeapProfile;
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let launch = |heap: &mut Heap| {
+        [(64, 2048), (8192, 2048)].map(|(size, threads)| {
+            let before = heap.stats().unwrap().traffic;
+            assert_eq!(hold_then_free(heap, size, threads), 0, "{size} B");
+            heap.stats()
+                .unwrap()
+                .traffic
+                .since(&before)
+                .slabs_from_provider
+        })
+    };
+    let mut heap = heap_with(HeapConfig::default());
+    launch(&mut heap);
+    let profile = heap.profile().unwrap();
+    assert_empty(&mut heap, "profiled");
+    drop(heap);
+
+    for config in [HeapConfig::default(), HeapConfig::pool_from(&profile)] {
+        let mut heap = heap_with(config);
+        let published = heap.warm_up(&profile).unwrap();
+        assert_eq!(published, profile.slabs(), "{profile:?}");
+        assert_eq!(heap.check().unwrap(), Ok(()));
+        let st = heap.stats().unwrap();
+        assert_eq!(st.live.empty_slabs, u64::from(published), "{st}");
+        assert_eq!(st.live.pool_slabs, 0, "{st}");
+        assert_eq!(
+            HeapProfile::from_counts(&st.classes, 0).classes,
+            profile.classes
+        );
+        // Warming up again publishes nothing: the classes hold their peaks.
+        assert_eq!(heap.warm_up(&profile).unwrap(), 0);
+        let [small, large] = launch(&mut heap);
+        eprintln!("{:?}: {small} {large}", config.mode);
+        assert_eq!(small, 0, "{:?}", config.mode);
+        assert!(
+            large <= 1,
+            "{large} slabs of 8 KiB created after a warm-up ({:?})",
+            config.mode
+        );
+        assert_empty(&mut heap, "warmed up");
+    }
+
+    // Bad input: block sizes that are no class's are passed over; a
+    // profile beyond the heap's limit is published up to the limit.
+    let mut heap = heap_with(HeapConfig {
+        limit: Some(4 * GRANULE),
+        ..HeapConfig::default()
+    });
+    let odd = |block| warpalloc::ClassPeak { block, slabs: 2 };
+    let bad = HeapProfile {
+        classes: vec![odd(0), odd(80), odd(u32::MAX)],
+        ..HeapProfile::default()
+    };
+    assert_eq!(heap.warm_up(&bad).unwrap(), 0);
+    assert_eq!(heap.warm_up(&profile).unwrap(), 4, "{profile:?}");
+    assert_eq!(heap.check().unwrap(), Ok(()));
+    let st = heap.stats().unwrap();
+    assert_eq!(
+        (st.live.empty_slabs, st.region.mapped_bytes),
+        (4, 4 * GRANULE),
+        "{st}"
+    );
+    assert_empty(&mut heap, "warmed up to the limit");
+}

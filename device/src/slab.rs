@@ -44,6 +44,30 @@ pub struct Header {
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_BYTES as usize);
 
 impl Header {
+    /// The header [`Slab::init`] writes for class `geo` in slot `slot`.
+    pub const fn new(geo: Geometry, slot: u32) -> Header {
+        Header {
+            block: geo.block,
+            slot,
+            words: geo.words,
+            magic: MAGIC,
+        }
+    }
+
+    /// Its bytes as the device holds them (little-endian `u32`s, in field
+    /// order): what the host writes at a slab it publishes
+    /// (`DeviceHeap::publish_empty`).
+    pub fn to_bytes(self) -> [u8; HEADER_BYTES as usize] {
+        let mut bytes = [0u8; HEADER_BYTES as usize];
+        for (at, field) in [self.block, self.slot, self.words, self.magic]
+            .into_iter()
+            .enumerate()
+        {
+            bytes[4 * at..4 * at + 4].copy_from_slice(&field.to_le_bytes());
+        }
+        bytes
+    }
+
     /// The geometry of the class this header names, if `block` is one of
     /// the size classes' block sizes.
     #[inline(always)]

@@ -74,7 +74,8 @@ use warpalloc_device::heap::{
 };
 use warpalloc_device::registry;
 use warpalloc_device::rpc::wire::{self, Port, Reply, Request};
-use warpalloc_device::size_class::{CLASS_COUNT, geometry};
+use warpalloc_device::size_class::{CLASS_COUNT, HEADER_BYTES, geometry};
+use warpalloc_device::slab::Header;
 use warpalloc_device::{ClassCounts, DeviceHeap};
 
 use crate::backing::{Backing, GRANULE, Refusal, Region, RegionConfig, RegionStats};
@@ -1192,6 +1193,80 @@ impl Heap {
             let _ = region.free(slab, GRANULE);
         }
         Ok(region.trim()?)
+    }
+
+    /// Publishes, before a launch, the slabs `profile` (a run's
+    /// [`Heap::profile`]) says each size class held, less those it holds
+    /// now, as empty slabs of the class, and points the class's hints at
+    /// them (synchronises first): the next launch finds them as a launch
+    /// finds the slabs an earlier one emptied — put back to use in place,
+    /// no slab created, no group waiting on a creation. The slabs come
+    /// from the pool in pool mode (a dry pool asks the host only with
+    /// `pool_fallback`), from the host in RPC mode. Stops at the first slab
+    /// it cannot have (the pool dry, the host's refusal, a full slot
+    /// table) and returns the slabs published; a class the profile names
+    /// with a block size that is no class's is passed over.
+    pub fn warm_up(&mut self, profile: &HeapProfile) -> Result<u32, HostError> {
+        self.quiesce()?;
+        let copy = self.read_device_heap()?;
+        let mut hints = vec![0u32; self.hints.len() / 4];
+        // SAFETY: the heap's hint table in device memory, of `hints`' size
+        // in bytes; no kernel runs (synchronised above).
+        unsafe {
+            self.device
+                .read(self.hints.addr(), bytemuck::cast_slice_mut(&mut hints))
+        }?;
+        let now = copy.class_counts().slabs;
+        let mut published = 0;
+        let mut region = lock(&self.region);
+        'classes: for peak in &profile.classes {
+            // (`class_index` takes a class's block size only.)
+            let Some(class) = (0..CLASS_COUNT).find(|&c| geometry(c).block == peak.block) else {
+                continue;
+            };
+            for _ in now[class]..peak.slabs {
+                let pooled = match self.mode {
+                    Mode::Pool { .. } => copy.pool_take(),
+                    Mode::Rpc => None,
+                };
+                let slab = match pooled {
+                    Some(slab) => slab,
+                    None if self.mode == Mode::Rpc || self.pool_fallback => {
+                        match region.allocate(GRANULE, GRANULE) {
+                            Ok(slab) => slab,
+                            Err(_) => break 'classes,
+                        }
+                    }
+                    None => break 'classes,
+                };
+                let Some(slot) = copy.publish_empty(class, slab) else {
+                    // No empty slot: the slab goes back where it came from.
+                    if pooled.is_some() {
+                        copy.pool_push(slab);
+                    } else {
+                        let _ = region.free(slab, GRANULE);
+                    }
+                    break 'classes;
+                };
+                let geo = geometry(class);
+                let mut image = vec![0u8; HEADER_BYTES as usize + 4 * geo.words as usize];
+                image[..HEADER_BYTES as usize].copy_from_slice(&Header::new(geo, slot).to_bytes());
+                // SAFETY: the slab is mapped (the pool's, or the region's
+                // just now) and its header and bitfield lie in its first
+                // bytes; no kernel runs (synchronised above).
+                unsafe { self.device.write(slab, &image) }?;
+                published += 1;
+            }
+        }
+        drop(region);
+        copy.aim_hints(&mut hints);
+        // SAFETY: as for the read above.
+        unsafe {
+            self.device
+                .write(self.hints.addr(), bytemuck::cast_slice(&hints))
+        }?;
+        self.write_device_heap(&copy)?;
+        Ok(published)
     }
 
     /// Ends the current phase and begins one called `name` (synchronises

@@ -77,7 +77,9 @@ use crate::guard::{Guard, Lock};
 use crate::pool::SlabPool;
 use crate::rpc::Mailbox;
 use crate::simt;
-use crate::size_class::{CLASS_COUNT, Geometry, Placement, SLAB_SHIFT, SLAB_SIZE, geometry, place};
+use crate::size_class::{
+    CLASS_COUNT, Geometry, Placement, SLAB_SHIFT, SLAB_SIZE, WORD_BITS, geometry, place,
+};
 use crate::slab::Slab;
 use crate::sync::{AtomicU32, Ordering, SharedArray};
 
@@ -905,6 +907,7 @@ impl DeviceHeap {
         }
         let kept_at = |index: u32| is_kept[(index / 32) as usize] & (1 << (index % 32)) != 0;
         let mut n = 0;
+        // The kept slabs are the empty ones left: `aim_hints` below.
         for index in 0..slots {
             if kept_at(index) || empty_of(index).is_none() {
                 continue;
@@ -918,24 +921,49 @@ impl DeviceHeap {
                 n += 1;
             }
         }
-        // Hints that name no slab of their class name a kept one, the
-        // streams in turn over the class's kept slots (listed by one pass
-        // of the table a class).
+        self.aim_hints(hints);
+        // The slabs went back: new slabs may be had again.
+        self.memory_returned();
+        n
+    }
+
+    /// Points the hints that name no slab of their class at the class's
+    /// empty published slabs, the streams in turn over them (host side, no
+    /// kernel running; `hints` is a copy of the hint table as for
+    /// [`DeviceHeap::take_empty`], which calls this, and a shorter one is
+    /// not used). A hint that names a slab of its class — one with live
+    /// blocks, say — stays. Classes with no empty slab are left alone.
+    pub fn aim_hints(&self, hints: &mut [u32]) {
+        const _: () = assert!(MAX_SLOTS <= 1 << 16);
+        let slots = self.slot_count().min(MAX_SLOTS as u32);
+        let streams = self.streams() as usize;
+        let Some(hints) = hints.get_mut(..CLASS_COUNT * streams) else {
+            return;
+        };
+        let empty_of = |index: u32| {
+            let seen = self.slot(index).look();
+            (self.slot(index).peek().is_some() && seen.count() == 0)
+                .then(|| seen.class())
+                .flatten()
+        };
+        // A class's empty slots, listed by one pass of the table a class.
         let mut list = [0u16; MAX_SLOTS];
         for class in 0..CLASS_COUNT as u32 {
-            if kept[class as usize] == 0 || hints.is_empty() {
-                // No slab kept, or no hints to point at them.
-                continue;
-            }
             let mut len = 0;
             for index in 0..slots {
-                if kept_at(index) && empty_of(index) == Some(class) {
+                if empty_of(index) == Some(class) {
                     list[len] = index as u16;
                     len += 1;
                 }
             }
+            if len == 0 {
+                continue;
+            }
+            // The k-th stream sent to a slab starts its walk at word k, as
+            // if it had freed a warp's blocks there (its block field).
+            let blocks = geometry(class as usize).usable.min(HINT_BLOCKS);
             let class_hints = &mut hints[class as usize * streams..][..streams];
-            let mut turn = 0;
+            let (mut turn, mut round) = (0, 0u32);
             for hint in class_hints.iter_mut() {
                 let names = (*hint & HINT_SLOT_MASK)
                     .checked_sub(1)
@@ -943,13 +971,47 @@ impl DeviceHeap {
                 if names.is_some_and(|i| self.slot(i).look().class() == Some(class)) {
                     continue;
                 }
-                *hint = u32::from(list[turn]) + 1;
-                turn = if turn + 1 == len { 0 } else { turn + 1 };
+                let block = round.saturating_mul(WORD_BITS);
+                let field = if block < blocks { block + 1 } else { 0 };
+                *hint = (u32::from(list[turn]) + 1) | field << HINT_BLOCK_SHIFT;
+                turn += 1;
+                if turn == len {
+                    (turn, round) = (0, round + 1);
+                }
             }
         }
-        // The slabs went back: new slabs may be had again.
-        self.memory_returned();
-        n
+    }
+
+    /// A slab from the pool (host side, no kernel running), if any.
+    pub fn pool_take(&self) -> Option<u64> {
+        self.pool_pop()
+    }
+
+    /// Publishes `slab` (mapped, a slab of the region) as an empty slab of
+    /// `class` in the first empty slot from the class's start slot on —
+    /// the slot its first claim takes (host side, no kernel running:
+    /// `Heap::warm_up`). It is left as a launch leaves a slab it emptied:
+    /// published with a count of 0, marked in `empties`, its granule entry
+    /// naming the slot. The caller writes the slab's header
+    /// ([`crate::slab::Header::new`] for the returned slot) and zeroes its
+    /// bitfield before the next launch. `None` (nothing changed) when no
+    /// slot is empty, or `slab` is not a slab of the region.
+    pub fn publish_empty(&self, class: usize, slab: u64) -> Option<u32> {
+        let granule = self
+            .granule_of(slab)
+            .filter(|_| slab.is_multiple_of(SLAB_SIZE))?;
+        let slots = self.slot_count();
+        if class >= CLASS_COUNT || slots == 0 {
+            return None;
+        }
+        let start = search::start_slot(class, slots);
+        let index = (0..slots)
+            .map(|i| crate::index::wrap(start, i, slots))
+            .find(|&i| self.slot(i).raw_ptr() == 0)?;
+        self.granules.set(granule, Granule::Slab { slot: index });
+        self.slot(index).publish(slab, class, 0);
+        self.empties.mark(index);
+        Some(index)
     }
 }
 

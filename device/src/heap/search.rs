@@ -441,7 +441,7 @@ fn locks_blind(usable: u32, n: u32, hinted: u32) -> bool {
 /// The slot a class's first scan starts from (its hint until it has one): a
 /// hash of the class, spread over the table (murmur3's finaliser).
 #[inline(always)]
-fn start_slot(class: usize, slot_count: u32) -> u32 {
+pub(super) fn start_slot(class: usize, slot_count: u32) -> u32 {
     let mut x = class as u32 + 1;
     x ^= x >> 16;
     x = x.wrapping_mul(0x85eb_ca6b);
