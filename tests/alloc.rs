@@ -1440,3 +1440,46 @@ fn groups_larger_than_a_slab_take_the_room_there_is() {
     );
     assert_empty(&mut heap, "64 KiB groups");
 }
+
+/// A lone lane's malloc and free on a warm heap, in dependent round trips
+/// (the simulator's count for the lane): its slab empties at each free and
+/// is put back to use at each malloc. At 16 B: the hint's load, the guard's
+/// lock, the bitfield's `fetch_or`; the granule's load, the guard's lock,
+/// the bitfield's `fetch_and`, the guard's release and the empty-slot mark
+/// — 8. The count of revived slabs is a reduction (`red`, no result), not
+/// a round trip (with a `fetch_add` there, 9: 2026-12-06). At 1 KiB one
+/// more: the look for a word with room in a slab of few words.
+#[test]
+fn a_lone_lanes_pair_costs_eight_round_trips() {
+    const ROUNDS: u32 = 8;
+    for (size, budget) in [(16, 8), (1024, 9)] {
+        let mut heap = heap(16 * SLAB_SIZE, 64);
+        let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+        let cfg = LaunchConfig::linear(1, 1)
+            .seed(3)
+            .workers(1)
+            .convergence(Convergence::Converged);
+        let launch = |heap: &mut Heap| {
+            run(
+                heap,
+                &cfg,
+                alloc_free::Args {
+                    stats: stats_buf.kernel_ptr(),
+                    size,
+                    rounds: ROUNDS,
+                },
+            )
+            .expect("simulator counts")
+        };
+        launch(&mut heap); // the slab's creation
+        let warm = launch(&mut heap);
+        // The kernel's own: its four counters and the load at its end.
+        let trips = warm.round_trips - 5;
+        assert_eq!(
+            trips,
+            u64::from(budget * ROUNDS),
+            "{size} B: {trips} round trips for {ROUNDS} pairs"
+        );
+        assert_empty(&mut heap, "a lone lane");
+    }
+}

@@ -388,7 +388,7 @@ impl ErrorRecord {
     /// with the block, thread and launch that freed it (its kernel's name
     /// follows when the kernel ends: `kernel_ended`).
     pub(crate) fn record(&self, counter: &AtomicU64, addr: u64) {
-        counter.fetch_add(1);
+        counter.add(1);
         if self.first_bad_address.compare_exchange(0, addr).is_ok() {
             self.first_bad_place.store(place(), Ordering::Relaxed);
             self.first_bad_grid
@@ -626,7 +626,7 @@ impl ClassCounters {
     #[inline(always)]
     pub(crate) fn refused(&self, class: usize) {
         if let Some(nulls) = self.nulls.get(class) {
-            nulls.fetch_add(1);
+            nulls.add(1);
         }
     }
 

@@ -75,7 +75,7 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         // an older, non-zero count, fail, and consume the mark.
         fence(Ordering::Release, Scope::Gpu);
         if self.words.get(word as usize).fetch_or(bit) & bit == 0 {
-            self.count.fetch_add(1);
+            self.count.add(1);
         }
         self.hint.store(word, Ordering::Relaxed);
     }

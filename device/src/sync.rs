@@ -34,7 +34,11 @@
 //! be a lie on the GPU while loom and the simulator honoured it. Code orders a
 //! read-modify-write with an explicit [`fence`] of the scope it needs, as LLVM
 //! libc's GPU allocator does; each such fence carries an `// ORDERING:` comment
-//! naming what it pairs with. Loads and stores keep their ordering (LLVM emits
+//! naming what it pairs with. A counter no path reads back is bumped with
+//! `add`, a `red.relaxed.gpu.global.add` on the GPU: the lane does not wait
+//! for it, and the simulator counts it as a read-modify-write but not as a
+//! dependent round trip (`Access::Reduction`).
+//! Loads and stores keep their ordering (LLVM emits
 //! `ld.acquire.sys` / `st.release.sys`); for state only the GPU sees, prefer
 //! relaxed accesses plus a [`Scope::Gpu`] fence, which is cheaper than `.sys`.
 //! (`Atomic*` loads and stores honour `Acquire`/`Release`/`SeqCst` at `.gpu`
@@ -57,6 +61,9 @@ enum Op {
     Load,
     Store,
     Rmw,
+    /// A read-modify-write with no result (`red`): counted as one, but
+    /// not as a round trip.
+    Reduction,
     /// Counted as `fences` (any scope).
     Fence,
 }
@@ -74,6 +81,7 @@ fn hook(op: Op, sys: bool, addr: usize) {
             Op::Load => warpalloc_sim::Access::Load,
             Op::Store => warpalloc_sim::Access::Store,
             Op::Rmw => warpalloc_sim::Access::Rmw,
+            Op::Reduction => warpalloc_sim::Access::Reduction,
             Op::Fence => warpalloc_sim::Access::Fence,
         };
         warpalloc_sim::count_access_at(access, sys, addr);
@@ -182,6 +190,22 @@ macro_rules! atomic_int {
                 return unsafe { use $ops as ops; ops::fetch_add(self.0.as_ptr(), value) };
                 #[cfg(not(target_arch = "nvptx64"))]
                 self.0.fetch_add(value, Ordering::Relaxed)
+            }
+
+            /// Relaxed wrapping add with no result (PTX `red`): the lane
+            /// goes on without waiting for it — for counters no path reads.
+            #[inline(always)]
+            #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
+            pub fn add(&self, value: $int) {
+                hook(Op::Reduction, $sys, self as *const Self as usize);
+                #[cfg(target_arch = "nvptx64")]
+                // SAFETY: the atomic's own address, valid and aligned
+                // while `self` is borrowed.
+                return unsafe { use $ops as ops; ops::add(self.0.as_ptr(), value) };
+                #[cfg(not(target_arch = "nvptx64"))]
+                {
+                    self.0.fetch_add(value, Ordering::Relaxed);
+                }
             }
 
             /// Relaxed wrapping subtract; returns the previous value.
@@ -418,6 +442,22 @@ mod gpu {
                 gpu_ops!(@rmw $int, $reg, fetch_max, "max.", $u);
                 gpu_ops!(@rmw $int, $reg, fetch_min, "min.", $u);
 
+                /// `red.relaxed.gpu.global.add`: no result to wait for.
+                ///
+                /// # Safety
+                /// As for [`load`].
+                #[inline(always)]
+                pub(crate) unsafe fn add(p: *mut $int, v: $int) {
+                    // SAFETY: the caller's contract; the asm reads and
+                    // writes `p` only.
+                    unsafe {
+                        asm!(
+                            concat!("cvta.to.global.u64 {p}, {p};\n\tred.relaxed.gpu.global.add.", $u, " [{p}], {v};"),
+                            p = inout(reg64) p => _, v = in($reg) v, options(nostack)
+                        )
+                    };
+                }
+
                 /// Relaxed wrapping subtract: an add of the negation.
                 ///
                 /// # Safety
@@ -511,6 +551,16 @@ mod sys {
                 rmw!(fetch_xor);
                 rmw!(fetch_max);
                 rmw!(fetch_min);
+
+                /// A relaxed add whose result is dropped.
+                ///
+                /// # Safety
+                /// As for the read-modify-writes.
+                #[inline(always)]
+                pub(crate) unsafe fn add(p: *mut $int, v: $int) {
+                    // SAFETY: the caller's contract.
+                    unsafe { A::from_ptr(p) }.fetch_add(v, Ordering::Relaxed);
+                }
 
                 /// A load.
                 ///

@@ -88,6 +88,11 @@ pub enum Access {
     Store,
     /// A read-modify-write: swap, compare-exchange, fetch-op.
     Rmw,
+    /// A read-modify-write whose result the lane does not use (PTX `red`:
+    /// an add to a counter, say): counted with the read-modify-writes
+    /// (`rmws`, and against its address), but not as a round trip — the
+    /// lane does not wait for it.
+    Reduction,
     /// A memory fence (any scope).
     Fence,
 }
@@ -268,7 +273,7 @@ pub fn clock() -> u64 {
 /// against its address too.
 pub fn count_access_at(access: Access, sys: bool, addr: usize) {
     count(access, sys);
-    if access == Access::Rmw {
+    if matches!(access, Access::Rmw | Access::Reduction) {
         let _ = with_ctx(|c| {
             if let Some(map) = &c.accesses.by_address {
                 *map.lock()
@@ -286,7 +291,7 @@ fn count(access: Access, sys: bool) {
         let (all, system) = match access {
             Access::Load => (&a.loads, Some(&a.sys_loads)),
             Access::Store => (&a.stores, Some(&a.sys_stores)),
-            Access::Rmw => (&a.rmws, Some(&a.sys_rmws)),
+            Access::Rmw | Access::Reduction => (&a.rmws, Some(&a.sys_rmws)),
             // Fences are counted whatever their scope.
             Access::Fence => (&a.fences, None),
         };

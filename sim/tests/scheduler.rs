@@ -390,7 +390,7 @@ fn round_trips_follow_the_longest_chain_through_collectives() {
         if warp == 0 {
             // Lane 0 waits for three loads; the ballot passes its chain to
             // every lane, and lane 1 adds two RMWs and a marked read; a
-            // store and a fence are not waited for.
+            // store, a fence and a reduction are not waited for.
             if lane == 0 {
                 for _ in 0..3 {
                     count_access_at(Access::Load, false, 0);
@@ -402,6 +402,7 @@ fn round_trips_follow_the_longest_chain_through_collectives() {
                 count_access_at(Access::Store, false, 0);
                 count_access_at(Access::Fence, false, 0);
                 count_access_at(Access::Rmw, true, 0);
+                count_access_at(Access::Reduction, false, 0);
                 count_round_trip();
             }
         } else {

@@ -532,7 +532,7 @@ impl DeviceHeap {
             Placement::Invalid => return core::ptr::null_mut(),
         };
         if addr == 0 {
-            self.errors.out_of_memory.fetch_add(1);
+            self.errors.out_of_memory.add(1);
             return core::ptr::null_mut();
         }
         core::ptr::with_exposed_provenance_mut(addr as usize)
@@ -562,7 +562,7 @@ impl DeviceHeap {
                 granules: (bytes >> SLAB_SHIFT) as u32,
             },
         );
-        self.counters.large_allocations.fetch_add(1);
+        self.counters.large_allocations.add(1);
         self.classes.large(bytes);
         addr
     }
@@ -574,7 +574,7 @@ impl DeviceHeap {
         if let Some(granule) = self.granule_of(slab) {
             self.granules.set(granule, Granule::Freed);
         }
-        self.counters.slabs_to_provider.fetch_add(1);
+        self.counters.slabs_to_provider.add(1);
     }
 
     /// Gives emptied slabs back to the host (one lane; a large block was
@@ -669,7 +669,7 @@ impl DeviceHeap {
             self.errors.record(&self.errors.double_frees, addr);
             return;
         }
-        self.counters.large_frees.fetch_add(1);
+        self.counters.large_frees.add(1);
         self.classes.large_freed(u64::from(granules) << SLAB_SHIFT);
         self.system_deallocate(addr, u64::from(granules) << SLAB_SHIFT);
         self.memory_returned();

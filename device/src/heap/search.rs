@@ -735,7 +735,7 @@ impl DeviceHeap {
                             if base == 0 {
                                 // An empty slab of ours put back to use (a
                                 // new slab's come from `create`).
-                                self.counters.slabs_revived.fetch_add(1);
+                                self.counters.slabs_revived.add(1);
                             }
                             // The hint's block, where the walk starts,
                             // if the slab is the hint's; in the slab's
@@ -1133,7 +1133,7 @@ impl DeviceHeap {
             // Outside the region the heap cannot vouch for it on free.
             self.system_deallocate(slab, SLAB_SIZE);
         } else if slab != 0 {
-            self.counters.slabs_from_provider.fetch_add(1);
+            self.counters.slabs_from_provider.add(1);
             return Some((slab, 0));
         }
         // The provider refused: remember it until memory comes back (stale
@@ -1189,7 +1189,7 @@ impl DeviceHeap {
     pub(super) fn take_over_empty(&self, vacate: bool) -> Option<(u32, u64, u32)> {
         let taken = self.take_empty_slab(vacate);
         if taken.is_some() {
-            self.counters.slabs_reclaimed.fetch_add(1);
+            self.counters.slabs_reclaimed.add(1);
         }
         taken
     }
