@@ -1096,7 +1096,20 @@ fn a_heap_warmed_up_from_a_profile_creates_no_slab() {
         ..HeapProfile::default()
     };
     assert_eq!(heap.warm_up(&bad).unwrap(), 0);
-    assert_eq!(heap.warm_up(&profile).unwrap(), 4, "{profile:?}");
+    // A class named twice: its slabs once, the most either entry names.
+    let twice = HeapProfile {
+        classes: vec![
+            warpalloc::ClassPeak {
+                block: 64,
+                slabs: 1
+            };
+            2
+        ],
+        ..HeapProfile::default()
+    };
+    assert_eq!(heap.warm_up(&twice).unwrap(), 1);
+    // The 64 B slab is there: three of 8 KiB fill the limit.
+    assert_eq!(heap.warm_up(&profile).unwrap(), 3, "{profile:?}");
     assert_eq!(heap.check().unwrap(), Ok(()));
     let st = heap.stats().unwrap();
     assert_eq!(

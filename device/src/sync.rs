@@ -34,8 +34,8 @@
 //! be a lie on the GPU while loom and the simulator honoured it. Code orders a
 //! read-modify-write with an explicit [`fence`] of the scope it needs, as LLVM
 //! libc's GPU allocator does; each such fence carries an `// ORDERING:` comment
-//! naming what it pairs with. A counter no path reads back is bumped with
-//! `add`, a `red.relaxed.gpu.global.add` on the GPU: the lane does not wait
+//! naming what it pairs with. A counter whose old value the bumping lane
+//! does not need is bumped with `add`, a `red.relaxed.gpu.global.add` on the GPU: the lane does not wait
 //! for it, and the simulator counts it as a read-modify-write but not as a
 //! dependent round trip (`Access::Reduction`).
 //! Loads and stores keep their ordering (LLVM emits

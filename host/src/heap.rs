@@ -1216,56 +1216,75 @@ impl Heap {
             self.device
                 .read(self.hints.addr(), bytemuck::cast_slice_mut(&mut hints))
         }?;
-        let now = copy.class_counts().slabs;
+        let mut now = copy.class_counts().slabs;
         let mut published = 0;
         let mut region = lock(&self.region);
-        'classes: for peak in &profile.classes {
-            // (`class_index` takes a class's block size only.)
-            let Some(class) = (0..CLASS_COUNT).find(|&c| geometry(c).block == peak.block) else {
-                continue;
-            };
-            for _ in now[class]..peak.slabs {
-                let pooled = match self.mode {
-                    Mode::Pool { .. } => copy.pool_take(),
-                    Mode::Rpc => None,
+        // Slabs the region hands out here: given back if a write fails, so
+        // that the device heap (not written then) is left as it was.
+        let mut fresh = Vec::new();
+        let written = (|| -> Result<(), HostError> {
+            'classes: for peak in &profile.classes {
+                // (`class_index` takes a class's block size only.)
+                let Some(class) = (0..CLASS_COUNT).find(|&c| geometry(c).block == peak.block)
+                else {
+                    continue;
                 };
-                let slab = match pooled {
-                    Some(slab) => slab,
-                    None if self.mode == Mode::Rpc || self.pool_fallback => {
-                        match region.allocate(GRANULE, GRANULE) {
-                            Ok(slab) => slab,
-                            Err(_) => break 'classes,
+                // A class the profile names twice counts what it got.
+                while now[class] < peak.slabs {
+                    let pooled = match self.mode {
+                        Mode::Pool { .. } => copy.pool_take(),
+                        Mode::Rpc => None,
+                    };
+                    let slab = match pooled {
+                        Some(slab) => slab,
+                        None if self.mode == Mode::Rpc || self.pool_fallback => {
+                            match region.allocate(GRANULE, GRANULE) {
+                                Ok(slab) => {
+                                    fresh.push(slab);
+                                    slab
+                                }
+                                Err(_) => break 'classes,
+                            }
                         }
-                    }
-                    None => break 'classes,
-                };
-                let Some(slot) = copy.publish_empty(class, slab) else {
-                    // No empty slot: the slab goes back where it came from.
-                    if pooled.is_some() {
-                        copy.pool_push(slab);
-                    } else {
-                        let _ = region.free(slab, GRANULE);
-                    }
-                    break 'classes;
-                };
-                let geo = geometry(class);
-                let mut image = vec![0u8; HEADER_BYTES as usize + 4 * geo.words as usize];
-                image[..HEADER_BYTES as usize].copy_from_slice(&Header::new(geo, slot).to_bytes());
-                // SAFETY: the slab is mapped (the pool's, or the region's
-                // just now) and its header and bitfield lie in its first
-                // bytes; no kernel runs (synchronised above).
-                unsafe { self.device.write(slab, &image) }?;
-                published += 1;
+                        None => break 'classes,
+                    };
+                    let Some(slot) = copy.publish_empty(class, slab) else {
+                        // No empty slot: the slab goes back where it came
+                        // from.
+                        if pooled.is_some() {
+                            copy.pool_push(slab);
+                        } else {
+                            fresh.retain(|&s| s != slab);
+                            let _ = region.free(slab, GRANULE);
+                        }
+                        break 'classes;
+                    };
+                    let geo = geometry(class);
+                    let mut image = vec![0u8; HEADER_BYTES as usize + 4 * geo.words as usize];
+                    image[..HEADER_BYTES as usize]
+                        .copy_from_slice(&Header::new(geo, slot).to_bytes());
+                    // SAFETY: the slab is mapped (the pool's, or the
+                    // region's just now) and its header and bitfield lie in
+                    // its first bytes; no kernel runs (synchronised above).
+                    unsafe { self.device.write(slab, &image) }?;
+                    now[class] += 1;
+                    published += 1;
+                }
             }
+            copy.aim_hints(&mut hints);
+            // SAFETY: as for the read above.
+            unsafe {
+                self.device
+                    .write(self.hints.addr(), bytemuck::cast_slice(&hints))
+            }?;
+            self.write_device_heap(&copy)
+        })();
+        if let Err(e) = written {
+            for slab in fresh {
+                let _ = region.free(slab, GRANULE);
+            }
+            return Err(e);
         }
-        drop(region);
-        copy.aim_hints(&mut hints);
-        // SAFETY: as for the read above.
-        unsafe {
-            self.device
-                .write(self.hints.addr(), bytemuck::cast_slice(&hints))
-        }?;
-        self.write_device_heap(&copy)?;
         Ok(published)
     }
 

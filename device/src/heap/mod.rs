@@ -862,7 +862,8 @@ impl DeviceHeap {
     /// empty slabs its streams' hints name, then others in slot order; the
     /// kept ones stay published and marked in `empties`. Every hint of a
     /// class that kept slabs and that names no slab of the class now names
-    /// one of the kept (the streams in turn, no block), so the class's next
+    /// one of the kept (`aim_hints`: the streams in turn, a word of the
+    /// slab each), so the class's next
     /// launch starts its searches at the slabs it kept — without, they
     /// would start at slots this emptied and claim them anew, the kept
     /// slabs idle beside the new ones (2026-12-06: 8 to 10 new slabs of 8
@@ -992,16 +993,19 @@ impl DeviceHeap {
     /// the slot its first claim takes (host side, no kernel running:
     /// `Heap::warm_up`). It is left as a launch leaves a slab it emptied:
     /// published with a count of 0, marked in `empties`, its granule entry
-    /// naming the slot. The caller writes the slab's header
-    /// ([`crate::slab::Header::new`] for the returned slot) and zeroes its
-    /// bitfield before the next launch. `None` (nothing changed) when no
-    /// slot is empty, or `slab` is not a slab of the region.
+    /// naming the slot; counted as a slab from the provider. The caller
+    /// writes the slab's header ([`crate::slab::Header::new`] for the
+    /// returned slot) and zeroes its bitfield before the next launch.
+    /// `None` (nothing changed) when no slot is empty, or `slab` is not a
+    /// slab of the region, or its granule holds a live slab or large block.
     pub fn publish_empty(&self, class: usize, slab: u64) -> Option<u32> {
         let granule = self
             .granule_of(slab)
             .filter(|_| slab.is_multiple_of(SLAB_SIZE))?;
         let slots = self.slot_count();
-        if class >= CLASS_COUNT || slots == 0 {
+        // Not a live slab's or large block's granule.
+        let free = matches!(self.granules.get(granule), Granule::Unused | Granule::Freed);
+        if class >= CLASS_COUNT || slots == 0 || !free {
             return None;
         }
         let start = search::start_slot(class, slots);
@@ -1011,6 +1015,8 @@ impl DeviceHeap {
         self.granules.set(granule, Granule::Slab { slot: index });
         self.slot(index).publish(slab, class, 0);
         self.empties.mark(index);
+        // From the provider, as a creation's: a trim counts it back.
+        self.counters.slabs_from_provider.add(1);
         Some(index)
     }
 }
