@@ -413,6 +413,7 @@ fn bench_prints_every_case_and_keeps_going_past_a_failed_one() {
     assert!(good.contains('/'), "no simulator counts in {good:?}");
     for case in [
         "rising",
+        "alloc_free warmed up",
         "mixed 16 B-8 KiB",
         "fragmentation",
         "footprint",
@@ -453,6 +454,43 @@ fn bench_runs_the_cases_asked_for() {
         // 256 threads × 16 B in a 2 MiB slab: the ratio is printed.
         assert!(row.contains("requested: one block per thread"), "{row:?}");
     }
+}
+
+/// `bench --cases warmed` profiles the largest size at the most threads on
+/// one heap and runs it on a fresh heap warmed up from that profile: the
+/// note says how many slabs the warm-up published.
+#[test]
+fn bench_warmed_case_publishes_the_profiles_slabs() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "bench",
+        "--cases",
+        "warmed",
+        "--sizes",
+        "8192",
+        "--threads",
+        "1024",
+        "--block",
+        "64",
+    ]);
+    assert!(ok, "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("alloc_free warmed up"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no warmed-up row:
+{text}"
+            )
+        });
+    let published: u32 = row
+        .split("warmed up: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no slab count in {row:?}"));
+    // 1 024 blocks of 8 KiB, 255 a slab: at least 5.
+    assert!(published >= 5, "{row}");
 }
 
 /// `bench --cases rising` runs the largest size at the fewest threads, then

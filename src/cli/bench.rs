@@ -55,6 +55,11 @@ pub enum Case {
     /// launch's, its warm rate the second's; the note says how many slabs
     /// the second asked the host for).
     Rising,
+    /// malloc+free pairs of the largest size at the most threads on a fresh
+    /// heap warmed up (`Heap::warm_up`) from the profile of the same launch
+    /// on another heap: the row's cold rate is the warmed-up first launch's
+    /// (beside the `alloc-free` row's cold rate, what the warm-up saves).
+    Warmed,
 }
 
 /// One measurement.
@@ -253,6 +258,52 @@ fn alloc_free_case(
         nulls,
         per,
     )
+}
+
+/// [`Case::Warmed`]: `alloc_free` of `size` at `threads` on a heap in RPC
+/// mode (its profile taken), then on a fresh heap warmed up from that
+/// profile: cold and warm, as an `alloc-free` row.
+fn warmed_case(
+    prefer: Prefer,
+    schedule: Schedule,
+    threads: u32,
+    block: u32,
+    size: u32,
+    rounds: u32,
+) -> Result<Row, HostError> {
+    let blocks = threads.div_ceil(block);
+    let kernel = |stats| alloc_free::Args {
+        stats,
+        size,
+        rounds,
+    };
+    let profile = {
+        let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+        one_launch(&mut heap, blocks, block, "alloc_free", kernel)?;
+        heap.profile()?
+    };
+    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+    let published = heap.warm_up(&profile)?;
+    let (times, pairs, nulls, per) = cold_warm(&mut heap, blocks, block, "alloc_free", kernel)?;
+    let rates = [
+        pairs_per_second(pairs, times[0]),
+        pairs_per_second(pairs, times[1]),
+    ];
+    let mut row = alloc_free_row(
+        &heap,
+        "alloc_free warmed up",
+        u64::from(blocks * block),
+        size,
+        rounds,
+        rates,
+        nulls,
+        per,
+    )?;
+    row.note = join_notes(
+        &format!("warmed up: {published} slabs published before the first launch"),
+        &row.note,
+    );
+    Ok(row)
 }
 
 /// The row of an `alloc_free` case on `heap` (its peak mapped bytes read
@@ -657,6 +708,17 @@ pub fn bench(
         let largest = a.sizes.iter().copied().max().unwrap_or(8192);
         let row = rising_case(prefer, schedule, [fewest, most], a.block, largest, a.rounds);
         push(row, "rising", most, largest.into(), largest.into());
+    }
+    if wanted(Case::Warmed) {
+        let largest = a.sizes.iter().copied().max().unwrap_or(8192);
+        let row = warmed_case(prefer, schedule, most, a.block, largest, a.rounds);
+        push(
+            row,
+            "alloc_free warmed up",
+            most,
+            largest.into(),
+            largest.into(),
+        );
     }
     if wanted(Case::Mixed) {
         let row = mixed_case(prefer, schedule, most, a.block, a.rounds);
