@@ -5,7 +5,7 @@
 //! size, out-of-memory behaviour, and RPC vs pool mode.
 
 use serde::Serialize;
-use warpalloc::{Heap, HeapConfig, Mode};
+use warpalloc::{Heap, HeapConfig, HeapProfile, Mode};
 use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{HostError, Prefer};
 use warpalloc_kernels_tests::stress::{
@@ -260,6 +260,65 @@ fn alloc_free_case(
     )
 }
 
+/// The profile of one `alloc_free` launch of `size` at `threads` on a
+/// fresh heap in RPC mode: what a pool for it needs (README, "Sizing a pool
+/// from a run").
+fn profile_of(
+    prefer: Prefer,
+    schedule: Schedule,
+    threads: u32,
+    block: u32,
+    size: u32,
+    rounds: u32,
+) -> Result<HeapProfile, HostError> {
+    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+    one_launch(
+        &mut heap,
+        threads.div_ceil(block),
+        block,
+        "alloc_free",
+        |stats| alloc_free::Args {
+            stats,
+            size,
+            rounds,
+        },
+    )?;
+    heap.profile()
+}
+
+/// [`Case::Pool`]: `alloc_free` of `size` at `threads` in pool mode, the
+/// pool sized from the same launch's profile in RPC mode with a quarter
+/// more (a launch's racing groups may create a few slabs more than the
+/// profiled one did) and a fallback to the host once dry (no null: its
+/// requests, if any, are in the row's note).
+fn pool_case(
+    prefer: Prefer,
+    schedule: Schedule,
+    threads: u32,
+    block: u32,
+    size: u32,
+    rounds: u32,
+) -> Result<Row, HostError> {
+    let profile = profile_of(prefer, schedule, threads, block, size, rounds)?;
+    let slabs = profile.slabs() + profile.slabs() / 4 + 1;
+    let config = HeapConfig {
+        mode: Mode::Pool { slabs },
+        pool_fallback: true,
+        ..HeapConfig::default()
+    };
+    let mut row = alloc_free_case(prefer, schedule, config, threads, block, size, rounds)?;
+    row.case = "alloc_free pool".into();
+    row.note = join_notes(
+        &format!(
+            "pool: {slabs} slabs mapped before launch (an RPC run's profile, {} slabs, and a \
+             quarter more)",
+            profile.slabs()
+        ),
+        &row.note,
+    );
+    Ok(row)
+}
+
 /// [`Case::Warmed`]: `alloc_free` of `size` at `threads` on a heap in RPC
 /// mode (its profile taken), then on a fresh heap warmed up from that
 /// profile: cold and warm, as an `alloc-free` row.
@@ -277,11 +336,7 @@ fn warmed_case(
         size,
         rounds,
     };
-    let profile = {
-        let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
-        one_launch(&mut heap, blocks, block, "alloc_free", kernel)?;
-        heap.profile()?
-    };
+    let profile = profile_of(prefer, schedule, threads, block, size, rounds)?;
     let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
     let published = heap.warm_up(&profile)?;
     let (times, pairs, nulls, per) = cold_warm(&mut heap, blocks, block, "alloc_free", kernel)?;
@@ -319,6 +374,13 @@ fn alloc_free_row(
     nulls: u64,
     per: PerPair,
 ) -> Result<Row, HostError> {
+    let stats = heap.stats()?;
+    // The heap's traffic over both launches: slabs from the provider (the
+    // host, or the pool), requests to the host, takeovers.
+    let traffic = format!(
+        "heap: {} slabs from the provider, {} requests to the host, {} taken over",
+        stats.traffic.slabs_from_provider, stats.rpc.allocs, stats.traffic.slabs_reclaimed
+    );
     Ok(Row {
         case: case.into(),
         mode: mode_name(heap.mode()),
@@ -328,14 +390,17 @@ fn alloc_free_row(
         cold_pairs_per_second: rates[0],
         warm_pairs_per_second: rates[1],
         nulls,
-        peak_mapped_bytes: heap.stats()?.region.peak_mapped_bytes,
+        peak_mapped_bytes: stats.region.peak_mapped_bytes,
         mapped_per_requested: None,
         sim_steps_per_pair: per.steps,
         sim_rmws_per_pair: per.rmws,
         sim_loads_per_pair: per.loads,
         sim_sys_per_pair: per.sys,
         // The kernel adds its four counters once per thread.
-        note: kernel_rmws_note(per.rmws, 4.0 / f64::from(rounds.max(1))),
+        note: join_notes(
+            &traffic,
+            &kernel_rmws_note(per.rmws, 4.0 / f64::from(rounds.max(1))),
+        ),
         error: None,
         snapshot: None,
     })
@@ -682,18 +747,11 @@ pub fn bench(
         }
     }
     let most = a.threads.iter().copied().max().unwrap_or(1024);
-    let size = a.sizes.iter().copied().min().unwrap_or(16);
     if wanted(Case::Pool) {
-        let pool = HeapConfig {
-            mode: Mode::Pool { slabs: 64 },
-            ..HeapConfig::default()
-        };
-        let row =
-            alloc_free_case(prefer, schedule, pool, most, a.block, size, a.rounds).map(|mut r| {
-                r.note = join_notes("pool: 64 slabs mapped before launch", &r.note);
-                r
-            });
-        push(row, "alloc_free pool", most, size.into(), size.into());
+        for &size in &a.sizes {
+            let row = pool_case(prefer, schedule, most, a.block, size, a.rounds);
+            push(row, "alloc_free pool", most, size.into(), size.into());
+        }
     }
     if wanted(Case::Rising) {
         // The fewest threads of a launch (a count of 0 is another case's
