@@ -34,7 +34,8 @@ pub struct BenchArgs {
 pub enum Case {
     /// malloc+free pairs by size and thread count (RPC mode).
     AllocFree,
-    /// The same in pool mode, at the most threads and the smallest size.
+    /// The same in pool mode at the most threads, each size: the pool sized
+    /// from the same launch in RPC mode (its profile, a quarter more).
     Pool,
     /// Mixed sizes, 16 B – 8 KiB, with a pattern checked per block.
     Mixed,
