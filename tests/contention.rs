@@ -919,6 +919,38 @@ fn a_heap_warmed_up_from_a_profile_launches_warm() {
     assert!(failures.is_empty(), "{failures}");
 }
 
+/// A warm launch after the host spread the classes' streams over their
+/// slabs (`Heap::spread`, between the cold launch and it): no stream's
+/// hint shares a word of a slab with another's, and the launch meets the
+/// warm bounds with extra walk rounds at 8 KiB held to the 0.1
+/// (after the cold launch alone: 0.08 to 0.14, `WARM`'s 0.15).
+#[test]
+fn a_warm_launch_after_a_spread_meets_the_bounds_and_walks_less() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut failures = String::new();
+    let cases = [1024, 8192].map(Case::Size);
+    for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
+        let seed = 0x5e7d ^ i as u64;
+        let mut heap = heap_with(HeapConfig {
+            reserve: Some(16 << 30),
+            streams: Some(STREAMS),
+            ..HeapConfig::default()
+        });
+        let context = format!("spread at {case}, seed {seed:#x}");
+        measure(&mut heap, case, seed, RESIDENT, &format!("{context}, cold"));
+        heap.spread().expect("spread");
+        let spread = measure(&mut heap, case, seed ^ 1, RESIDENT, &context);
+        assert_empty(&mut heap, &context);
+        println!("{case} after a spread: {}", spread.line());
+        let bounds = Bounds {
+            extra_probes_8k: 0.1,
+            ..WARM
+        };
+        failures.push_str(&spread.failures(case, &format!("{case} after a spread"), &bounds));
+    }
+    assert!(failures.is_empty(), "{failures}");
+}
+
 /// A demand that rises past the slabs a heap has: `alloc_free` at `size`
 /// with half the resident warps (cold: the heap grows to half the
 /// demand), then with all of them on that heap, whose launch must grow

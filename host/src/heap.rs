@@ -1195,6 +1195,32 @@ impl Heap {
         Ok(region.trim()?)
     }
 
+    /// Spreads each size class's search streams over the class's empty
+    /// slabs (synchronises first; nothing is given back): every stream
+    /// whose hint names no slab of its class with live blocks is pointed at
+    /// one of the class's empty slabs, the streams in turn, a word of the
+    /// slab each — as [`Heap::warm_up`] and a trim that keeps slabs do.
+    /// Between launches that allocate alike it undoes the crowding the
+    /// last launch left (streams whose hints name one word of one slab):
+    /// the next launch's groups meet less often.
+    pub fn spread(&self) -> Result<(), HostError> {
+        self.quiesce()?;
+        let copy = self.read_device_heap()?;
+        let mut hints = vec![0u32; self.hints.len() / 4];
+        // SAFETY: the heap's hint table in device memory, of `hints`' size
+        // in bytes; no kernel runs (synchronised above).
+        unsafe {
+            self.device
+                .read(self.hints.addr(), bytemuck::cast_slice_mut(&mut hints))
+        }?;
+        copy.aim_hints(&mut hints);
+        // SAFETY: as for the read above.
+        unsafe {
+            self.device
+                .write(self.hints.addr(), bytemuck::cast_slice(&hints))
+        }
+    }
+
     /// Publishes, before a launch, the slabs `profile` (a run's
     /// [`Heap::profile`]) says each size class held, less those it holds
     /// now, as empty slabs of the class, and points the class's hints at
