@@ -939,11 +939,12 @@ impl DeviceHeap {
     /// slab of its class with live blocks stays. Classes with no empty
     /// slab are left alone.
     ///
-    /// Measured in the contention test (2026-12-06, 03:25 UTC): a warm
-    /// launch after this (`Heap::spread`) took 0.031 extra walk rounds per
-    /// group-malloc at 8 KiB and 7.9 round trips per pair, where the same
-    /// launch after the cold one alone took 0.08 to 0.14 and 8.5 to 9.2 —
-    /// the cold launch's growth leaves streams whose hints name one word.
+    /// Measured in the contention test (2026-12-06, 03:19–03:21 UTC): a
+    /// warm launch after this (`Heap::spread`) took 0.030 to 0.065 extra
+    /// walk rounds per group-malloc at 8 KiB and 7.9 to 8.2 round trips per
+    /// pair, where the same launch after the cold one alone took 0.08 to
+    /// 0.14 and 8.5 to 9.2 — the cold launch's growth leaves streams whose
+    /// hints name one word.
     pub fn aim_hints(&self, hints: &mut [u32]) {
         const _: () = assert!(MAX_SLOTS <= 1 << 16);
         let slots = self.slot_count().min(MAX_SLOTS as u32);
