@@ -214,8 +214,8 @@ enum Command {
         /// malloc+free rounds per thread.
         #[arg(long, default_value_t = 4)]
         rounds: u32,
-        /// Threads per block.
-        #[arg(long, default_value_t = 256)]
+        /// Threads per block (1 to 1 024, CUDA's most).
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1024))]
         block: u32,
         /// The cases to run (default: all), separated by commas or spaces.
         #[arg(long, num_args = 1.., value_delimiter = ',', value_enum)]

@@ -489,8 +489,9 @@ fn bench_warmed_case_publishes_the_profiles_slabs() {
         .and_then(|s| s.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no slab count in {row:?}"));
-    // 1 024 blocks of 8 KiB, 255 a slab: at least 5.
-    assert!(published >= 5, "{row}");
+    // The profiled launch held some of its 1 024 blocks of 8 KiB at once
+    // (255 a slab): at least one slab.
+    assert!(published >= 1, "{row}");
 }
 
 /// `bench --cases rising` runs the largest size at the fewest threads, then

@@ -920,8 +920,8 @@ fn a_heap_warmed_up_from_a_profile_launches_warm() {
 }
 
 /// A warm launch after the host spread the classes' streams over their
-/// slabs (`Heap::spread`, between the cold launch and it): no stream's
-/// hint shares a word of a slab with another's, and the launch meets the
+/// slabs (`Heap::spread`, between the cold launch and it): each stream
+/// starts at a word of a slab of its own, in turn, and the launch meets the
 /// warm bounds with extra walk rounds at 8 KiB held to the 0.1
 /// (after the cold launch alone: 0.08 to 0.14, `WARM`'s 0.15).
 #[test]

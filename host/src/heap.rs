@@ -1148,9 +1148,9 @@ impl Heap {
 
     /// [`Heap::trim`] with `keep` empty slabs kept per size class instead
     /// of [`HeapConfig::keep`] (0: every empty slab goes). The hints of a
-    /// class that kept slabs and named slots the trim emptied name the
-    /// kept slabs after it, so that the class's next launch finds them
-    /// first.
+    /// class that kept slabs, but for those that name a slab of the class
+    /// with live blocks, name the kept slabs after it ([`Heap::spread`]),
+    /// so that the class's next launch finds them first.
     pub fn trim_keeping(&mut self, keep: u32) -> Result<u64, HostError> {
         self.quiesce()?;
         let mut taken = Vec::new();
@@ -1203,7 +1203,7 @@ impl Heap {
     /// Between launches that allocate alike it undoes the crowding the
     /// last launch left (streams whose hints name one word of one slab):
     /// the next launch's groups meet less often.
-    pub fn spread(&self) -> Result<(), HostError> {
+    pub fn spread(&mut self) -> Result<(), HostError> {
         self.quiesce()?;
         let copy = self.read_device_heap()?;
         let mut hints = vec![0u32; self.hints.len() / 4];

@@ -97,7 +97,7 @@ bench_case() {
 }
 for size in $SIZES; do
   bench_case "alloc-free-$size" 20 --cases alloc-free --sizes "$size"
-  bench_case "pool-$size" 20 --cases pool --sizes "$size"
+  bench_case "pool-$size" 15 --cases pool --sizes "$size"
 done
 for case in mixed rising warmed fragmentation footprint out-of-memory; do
   bench_case "$case" 15 --cases "$case"

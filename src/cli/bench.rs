@@ -846,7 +846,7 @@ pub fn bench(
 pub fn print_header(target: &str) {
     println!("warpalloc bench — {target}");
     println!(
-        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>19}  note",
+        "{:<20} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>19}  note",
         "case",
         "mode",
         "threads",
@@ -869,7 +869,7 @@ pub fn print_row(r: &Row) {
     };
     if let Some(e) = &r.error {
         println!(
-            "{:<16} {:<9} {:>9} {:>10}  FAILED: {e}",
+            "{:<20} {:<9} {:>9} {:>10}  FAILED: {e}",
             r.case, r.mode, r.threads, size
         );
         return;
@@ -883,7 +883,7 @@ pub fn print_row(r: &Row) {
         _ => "-".into(),
     };
     println!(
-        "{:<16} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>19}  {}",
+        "{:<20} {:<9} {:>9} {:>10} {:>12} {:>12} {:>7} {:>11} {:>9} {:>19}  {}",
         r.case,
         r.mode,
         r.threads,

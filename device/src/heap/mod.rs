@@ -861,9 +861,10 @@ impl DeviceHeap {
     /// heap's streams, class-major; a shorter one is not used). A class keeps first the
     /// empty slabs its streams' hints name, then others in slot order; the
     /// kept ones stay published and marked in `empties`. Every hint of a
-    /// class that kept slabs and that names no slab of the class now names
-    /// one of the kept (`aim_hints`: the streams in turn, a word of the
-    /// slab each), so the class's next
+    /// class that kept slabs and that names no slab of the class with live
+    /// blocks now names one of the kept (`aim_hints`: the streams in turn,
+    /// a word of the slab each; the hints' own slabs decide only which
+    /// slabs are kept), so the class's next
     /// launch starts its searches at the slabs it kept — without, they
     /// would start at slots this emptied and claim them anew, the kept
     /// slabs idle beside the new ones (2026-12-06: 8 to 10 new slabs of 8
@@ -933,9 +934,10 @@ impl DeviceHeap {
     /// (host side, no kernel running; `hints` is a copy of the hint table
     /// as for [`DeviceHeap::take_empty`], which calls this, and a shorter
     /// one is not used). The k-th stream sent to a slab gets word k as its
-    /// block, and the roomy mark where an empty slab of the class has room
-    /// for a warp's group four times over (`ROOMY_BLOCKS`): its first
-    /// malloc locks blind and walks from its own word. A hint that names a
+    /// block (modulo the words a hint names), and the roomy mark while the
+    /// k streams before it, a warp's group each, would leave the slab room
+    /// for a group four times over (`ROOMY_BLOCKS`): its first malloc
+    /// locks blind and walks from its own word. A hint that names a
     /// slab of its class with live blocks stays. Classes with no empty
     /// slab are left alone.
     ///
@@ -974,15 +976,9 @@ impl DeviceHeap {
             // The k-th stream sent to a slab starts its walk at word k, as
             // if it had freed a warp's blocks there (its block field).
             let usable = geometry(class as usize).usable;
-            let blocks = usable.min(HINT_BLOCKS);
-            // An empty slab has room for a warp's group four times over
-            // where a free would leave it so: the stream's first malloc
-            // locks it blind (`HINT_ROOMY`).
-            let roomy = if ROOMY_BLOCKS <= usable {
-                HINT_ROOMY
-            } else {
-                0
-            };
+            // Whole words a hint's block field names: past them, the
+            // streams sent to a slab start at its words again, in turn.
+            let words = usable.min(HINT_BLOCKS) / WORD_BITS;
             let class_hints = &mut hints[class as usize * streams..][..streams];
             let (mut turn, mut round) = (0, 0u32);
             for hint in class_hints.iter_mut() {
@@ -995,8 +991,21 @@ impl DeviceHeap {
                 }) {
                     continue;
                 }
-                let block = round.saturating_mul(WORD_BITS);
-                let field = if block < blocks { block + 1 } else { 0 } | roomy;
+                let field = if words > 0 {
+                    (round % words) * WORD_BITS + 1
+                } else {
+                    0
+                };
+                // Roomy (locked blind) while the streams before it on the
+                // slab, a group each, would leave it room for a warp's
+                // group four times over — as a free marks it.
+                let before = round.saturating_mul(WORD_BITS);
+                let roomy = if before.saturating_add(ROOMY_BLOCKS) <= usable {
+                    HINT_ROOMY
+                } else {
+                    0
+                };
+                let field = field | roomy;
                 *hint = (u32::from(list[turn]) + 1) | field << HINT_BLOCK_SHIFT;
                 turn += 1;
                 if turn == len {
