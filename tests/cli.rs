@@ -414,6 +414,7 @@ fn bench_prints_every_case_and_keeps_going_past_a_failed_one() {
     for case in [
         "rising",
         "alloc_free warmed up",
+        "alloc_free spread",
         "mixed 16 B-8 KiB",
         "fragmentation",
         "footprint",
@@ -458,7 +459,8 @@ fn bench_runs_the_cases_asked_for() {
 
 /// `bench --cases warmed` profiles the largest size at the most threads on
 /// one heap and runs it on a fresh heap warmed up from that profile: the
-/// note says how many slabs the warm-up published.
+/// note says how many slabs the warm-up published; and a row of the same
+/// launch twice with a spread between.
 #[test]
 fn bench_warmed_case_publishes_the_profiles_slabs() {
     let (ok, text) = warpalloc(&[
@@ -492,6 +494,15 @@ fn bench_warmed_case_publishes_the_profiles_slabs() {
     // The profiled launch held some of its 1 024 blocks of 8 KiB at once
     // (255 a slab): at least one slab.
     assert!(published >= 1, "{row}");
+    // And the spread between two launches on one heap.
+    let spread = text
+        .lines()
+        .find(|l| l.starts_with("alloc_free spread"))
+        .unwrap_or_else(|| panic!("no spread row:\n{text}"));
+    assert!(
+        spread.contains("Heap::spread between the launches"),
+        "{spread}"
+    );
 }
 
 /// `bench --cases rising` runs the largest size at the fewest threads, then

@@ -360,8 +360,10 @@ def main(out):
         size = r["min_bytes"] if one_size else None
         size_text = f"{r['min_bytes']} B" if one_size else f"{r['min_bytes']}-{r['max_bytes']} B"
         # The pool row is alloc_free too (slabs mapped before the launch), and
-        # so is the warmed-up row (slabs published before its first launch).
-        alloc_free = r["case"] in ("alloc_free", "alloc_free pool", "alloc_free warmed up") and one_size
+        # so are the warmed-up row (slabs published before its first launch)
+        # and the spread row (the streams spread between its launches).
+        alloc_free = r["case"] in ("alloc_free", "alloc_free pool", "alloc_free warmed up",
+                                   "alloc_free spread") and one_size
         key = (r["threads"], size) if alloc_free else "mixed" if r["case"].startswith("mixed") else None
         warm = r["warm_pairs_per_second"] or r["cold_pairs_per_second"]
         cuda_text, cuda = peer_cell(cuda_peer, key, r["threads"]) if key else (NONE, None)

@@ -99,9 +99,11 @@ for size in $SIZES; do
   bench_case "alloc-free-$size" 20 --cases alloc-free --sizes "$size"
   bench_case "pool-$size" 15 --cases pool --sizes "$size"
 done
-for case in mixed rising warmed fragmentation footprint out-of-memory; do
+for case in mixed rising fragmentation footprint out-of-memory; do
   bench_case "$case" 15 --cases "$case"
 done
+# Warmed: three heaps, five launches (a profile, a warmed-up heap, a spread).
+bench_case warmed 25 --cases warmed
 # Spill: the same fill under an 8 MiB device limit with host memory past it
 # and without (nulls), side by side: what spilling costs in pairs/s.
 bench_case spill 30 --cases spill

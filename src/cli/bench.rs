@@ -60,6 +60,9 @@ pub enum Case {
     /// heap warmed up (`Heap::warm_up`) from the profile of the same launch
     /// on another heap: the row's cold rate is the warmed-up first launch's
     /// (beside the `alloc-free` row's cold rate, what the warm-up saves).
+    /// And a second row: the same launch on a fresh heap, `Heap::spread`,
+    /// then the launch again: its warm rate beside the `alloc-free` row's
+    /// (no spread between), what the spread saves.
     Warmed,
 }
 
@@ -359,6 +362,50 @@ fn warmed_case(
         &format!("warmed up: {published} slabs published before the first launch"),
         &row.note,
     );
+    Ok(row)
+}
+
+/// [`Case::Warmed`]'s second row: `alloc_free` of `size` at `threads` on
+/// a fresh heap in RPC mode, [`Heap::spread`], then the same launch again
+/// (cold and warm, as an `alloc-free` row).
+fn spread_case(
+    prefer: Prefer,
+    schedule: Schedule,
+    threads: u32,
+    block: u32,
+    size: u32,
+    rounds: u32,
+) -> Result<Row, HostError> {
+    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+    let blocks = threads.div_ceil(block);
+    let kernel = |stats| alloc_free::Args {
+        stats,
+        size,
+        rounds,
+    };
+    let cold = one_launch(&mut heap, blocks, block, "alloc_free", kernel)?;
+    heap.spread()?;
+    let warm = one_launch(&mut heap, blocks, block, "alloc_free", kernel)?;
+    let per = if warm.pairs > 0 {
+        warm.per_pair
+    } else {
+        cold.per_pair
+    };
+    let rates = [
+        pairs_per_second(cold.pairs, cold.seconds),
+        pairs_per_second(warm.pairs, warm.seconds),
+    ];
+    let mut row = alloc_free_row(
+        &heap,
+        "alloc_free spread",
+        u64::from(blocks * block),
+        size,
+        rounds,
+        rates,
+        cold.nulls + warm.nulls,
+        per,
+    )?;
+    row.note = join_notes("Heap::spread between the launches", &row.note);
     Ok(row)
 }
 
@@ -774,6 +821,14 @@ pub fn bench(
         push(
             row,
             "alloc_free warmed up",
+            most,
+            largest.into(),
+            largest.into(),
+        );
+        let row = spread_case(prefer, schedule, most, a.block, largest, a.rounds);
+        push(
+            row,
+            "alloc_free spread",
             most,
             largest.into(),
             largest.into(),
