@@ -657,6 +657,16 @@ fn measure(heap: &mut Heap, case: Case, seed: u64, warps: u32, context: &str) ->
     }
 }
 
+/// A fresh heap for the contention launches: 16 GiB of address space, a
+/// stream per resident warp.
+fn contention_heap() -> Heap {
+    heap_with(HeapConfig {
+        reserve: Some(16 << 30),
+        streams: Some(STREAMS),
+        ..HeapConfig::default()
+    })
+}
+
 /// Two launches of `case` on one fresh heap, each held as its own: the
 /// first of `first_warps` warps, the second of `RESIDENT`; `labels` name
 /// them in the failures' context. The heap is checked empty after.
@@ -667,11 +677,7 @@ fn on_one_heap(
     title: &str,
     labels: [&str; 2],
 ) -> (Contention, Contention) {
-    let mut heap = heap_with(HeapConfig {
-        reserve: Some(16 << 30),
-        streams: Some(STREAMS),
-        ..HeapConfig::default()
-    });
+    let mut heap = contention_heap();
     let context = format!("{title} at {case}, seed {seed:#x}");
     let first = measure(
         &mut heap,
@@ -696,12 +702,7 @@ fn on_one_heap(
 /// empty, before the first launch — which is held to the warm bounds.
 fn warmed_up(case: Case, seed: u64) -> Contention {
     let context = format!("warmed up at {case}, seed {seed:#x}");
-    let config = HeapConfig {
-        reserve: Some(16 << 30),
-        streams: Some(STREAMS),
-        ..HeapConfig::default()
-    };
-    let mut heap = heap_with(config);
+    let mut heap = contention_heap();
     measure(
         &mut heap,
         case,
@@ -712,7 +713,7 @@ fn warmed_up(case: Case, seed: u64) -> Contention {
     let profile = heap.profile().expect("profile");
     assert_empty(&mut heap, &context);
     drop(heap);
-    let mut heap = heap_with(config);
+    let mut heap = contention_heap();
     let published = heap.warm_up(&profile).expect("warm up");
     assert_eq!(published, profile.slabs(), "{context}: {profile:?}");
     let launch = measure(&mut heap, case, seed ^ 1, RESIDENT, &context);
@@ -931,11 +932,7 @@ fn a_warm_launch_after_a_spread_meets_the_bounds_and_walks_less() {
     let cases = [1024, 8192].map(Case::Size);
     for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
         let seed = 0x5e7d ^ i as u64;
-        let mut heap = heap_with(HeapConfig {
-            reserve: Some(16 << 30),
-            streams: Some(STREAMS),
-            ..HeapConfig::default()
-        });
+        let mut heap = contention_heap();
         let context = format!("spread at {case}, seed {seed:#x}");
         measure(&mut heap, case, seed, RESIDENT, &format!("{context}, cold"));
         heap.spread().expect("spread");

@@ -958,6 +958,21 @@ fn the_readme_memory_pressure_code_runs() -> Result<(), HostError> {
     Ok(())
 }
 
+/// 2 048 threads hold a block of 64 B each (one slab), then 2 048 a block
+/// of 8 KiB (several slabs, 255 blocks each), freed after each: the slabs
+/// each size took from the provider, with no null.
+fn hold_64_b_then_8_kib(heap: &mut Heap) -> [u64; 2] {
+    [(64, 2048), (8192, 2048)].map(|(size, threads)| {
+        let before = heap.stats().unwrap().traffic;
+        assert_eq!(hold_then_free(heap, size, threads), 0, "{size} B");
+        heap.stats()
+            .unwrap()
+            .traffic
+            .since(&before)
+            .slabs_from_provider
+    })
+}
+
 /// A trim keeps `HeapConfig::keep` empty slabs of each size class: they
 /// stay mapped and published (a class with fewer keeps all of its), the
 /// rest go back to the host, and the next launch of the same work revives
@@ -974,19 +989,7 @@ fn a_trim_keeps_each_classes_keep_for_the_next_launch() {
         keep,
         ..HeapConfig::default()
     });
-    // One slab of 64 B, several of 8 KiB (2 048 blocks, 255 a slab).
-    let launch = |heap: &mut Heap| {
-        [(64, 2048), (8192, 2048)].map(|(size, threads)| {
-            let before = heap.stats().unwrap().traffic;
-            assert_eq!(hold_then_free(heap, size, threads), 0, "{size} B");
-            heap.stats()
-                .unwrap()
-                .traffic
-                .since(&before)
-                .slabs_from_provider
-        })
-    };
-    let [small, large] = launch(&mut heap);
+    let [small, large] = hold_64_b_then_8_kib(&mut heap);
     let st = heap.stats().unwrap();
     assert_eq!(small, 1, "{st}");
     assert!(large > u64::from(keep), "{st}");
@@ -1001,7 +1004,7 @@ fn a_trim_keeps_each_classes_keep_for_the_next_launch() {
         "{st}"
     );
     assert_eq!(st.region.mapped_bytes, kept * GRANULE, "{st}");
-    let [small_again, large_again] = launch(&mut heap);
+    let [small_again, large_again] = hold_64_b_then_8_kib(&mut heap);
     assert_eq!(small_again, 0, "the kept 64 B slab serves again");
     assert!(
         large_again + u64::from(keep) <= large + 1,
@@ -1017,14 +1020,14 @@ fn a_trim_keeps_each_classes_keep_for_the_next_launch() {
         keep,
         ..HeapConfig::default()
     });
-    let [_, large] = launch(&mut heap);
+    let [_, large] = hold_64_b_then_8_kib(&mut heap);
     heap.trim().unwrap();
     let st = heap.stats().unwrap();
     assert_eq!(st.live.empty_slabs, kept, "{st}");
     assert_eq!(st.live.pool_slabs, u64::from(pool) - kept, "{st}");
     assert_eq!(st.region.mapped_bytes, u64::from(pool) * GRANULE, "{st}");
     assert_eq!(st.rpc.allocs, 0, "{st}");
-    let [small_again, large_again] = launch(&mut heap);
+    let [small_again, large_again] = hold_64_b_then_8_kib(&mut heap);
     assert_eq!(small_again, 0, "the kept 64 B slab serves again");
     assert!(
         large_again + u64::from(keep) <= large + 1,
@@ -1042,19 +1045,8 @@ fn a_trim_keeps_each_classes_keep_for_the_next_launch() {
 fn a_heap_warmed_up_from_a_profile_creates_no_slab() {
     use warpalloc::HeapProfile;
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let launch = |heap: &mut Heap| {
-        [(64, 2048), (8192, 2048)].map(|(size, threads)| {
-            let before = heap.stats().unwrap().traffic;
-            assert_eq!(hold_then_free(heap, size, threads), 0, "{size} B");
-            heap.stats()
-                .unwrap()
-                .traffic
-                .since(&before)
-                .slabs_from_provider
-        })
-    };
     let mut heap = heap_with(HeapConfig::default());
-    launch(&mut heap);
+    hold_64_b_then_8_kib(&mut heap);
     let profile = heap.profile().unwrap();
     assert_empty(&mut heap, "profiled");
     drop(heap);
@@ -1073,7 +1065,7 @@ fn a_heap_warmed_up_from_a_profile_creates_no_slab() {
         );
         // Warming up again publishes nothing: the classes hold their peaks.
         assert_eq!(heap.warm_up(&profile).unwrap(), 0);
-        let [small, large] = launch(&mut heap);
+        let [small, large] = hold_64_b_then_8_kib(&mut heap);
         eprintln!("{:?}: {small} {large}", config.mode);
         assert_eq!(small, 0, "{:?}", config.mode);
         assert!(

@@ -1158,22 +1158,14 @@ impl Heap {
         // The phase's peak, before its slabs go.
         self.observe(&copy, &lock(&self.region))?;
         // The hint table, read and written back only when slabs are kept.
-        let mut hints = vec![0u32; if keep == 0 { 0 } else { self.hints.len() / 4 }];
-        if !hints.is_empty() {
-            // SAFETY: the heap's hint table in device memory, of `hints`'
-            // size in bytes; no kernel runs (synchronised above).
-            unsafe {
-                self.device
-                    .read(self.hints.addr(), bytemuck::cast_slice_mut(&mut hints))
-            }?;
-        }
+        let mut hints = if keep == 0 {
+            Vec::new()
+        } else {
+            self.read_hints()?
+        };
         copy.take_empty(keep, &mut hints, |slab| taken.push(slab));
         if !hints.is_empty() {
-            // SAFETY: as for the read above.
-            unsafe {
-                self.device
-                    .write(self.hints.addr(), bytemuck::cast_slice(&hints))
-            }?;
+            self.write_hints(&hints)?;
         }
         let mut region = lock(&self.region);
         if let Mode::Pool { slabs } = self.mode {
@@ -1206,18 +1198,31 @@ impl Heap {
     pub fn spread(&mut self) -> Result<(), HostError> {
         self.quiesce()?;
         let copy = self.read_device_heap()?;
+        let mut hints = self.read_hints()?;
+        copy.aim_hints(&mut hints);
+        self.write_hints(&hints)
+    }
+
+    /// A copy of the hint table (the caller synchronised: no kernel runs).
+    fn read_hints(&self) -> Result<Vec<u32>, HostError> {
         let mut hints = vec![0u32; self.hints.len() / 4];
         // SAFETY: the heap's hint table in device memory, of `hints`' size
-        // in bytes; no kernel runs (synchronised above).
+        // in bytes; no kernel runs (the caller synchronised).
         unsafe {
             self.device
                 .read(self.hints.addr(), bytemuck::cast_slice_mut(&mut hints))
         }?;
-        copy.aim_hints(&mut hints);
-        // SAFETY: as for the read above.
+        Ok(hints)
+    }
+
+    /// Writes `hints` (from [`Heap::read_hints`]) back to the hint table.
+    fn write_hints(&self, hints: &[u32]) -> Result<(), HostError> {
+        // SAFETY: as in `read_hints`; `hints` is no longer than the table.
         unsafe {
-            self.device
-                .write(self.hints.addr(), bytemuck::cast_slice(&hints))
+            self.device.write(
+                self.hints.addr(),
+                bytemuck::cast_slice(&hints[..hints.len().min(self.hints.len() / 4)]),
+            )
         }
     }
 
@@ -1235,13 +1240,7 @@ impl Heap {
     pub fn warm_up(&mut self, profile: &HeapProfile) -> Result<u32, HostError> {
         self.quiesce()?;
         let copy = self.read_device_heap()?;
-        let mut hints = vec![0u32; self.hints.len() / 4];
-        // SAFETY: the heap's hint table in device memory, of `hints`' size
-        // in bytes; no kernel runs (synchronised above).
-        unsafe {
-            self.device
-                .read(self.hints.addr(), bytemuck::cast_slice_mut(&mut hints))
-        }?;
+        let mut hints = self.read_hints()?;
         let mut now = copy.class_counts().slabs;
         let mut published = 0;
         let mut region = lock(&self.region);
@@ -1298,11 +1297,7 @@ impl Heap {
                 }
             }
             copy.aim_hints(&mut hints);
-            // SAFETY: as for the read above.
-            unsafe {
-                self.device
-                    .write(self.hints.addr(), bytemuck::cast_slice(&hints))
-            }?;
+            self.write_hints(&hints)?;
             self.write_device_heap(&copy)
         })();
         if let Err(e) = written {

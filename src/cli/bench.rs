@@ -155,17 +155,20 @@ fn pairs_per_second(pairs: u64, seconds: f64) -> f64 {
 }
 
 /// Cold and warm: runs `kernel` (given a fresh stats buffer's pointer) twice
-/// on `heap` — a fresh heap's first launch, then the same again — and
-/// returns the two times, the pairs of one run and the nulls of both. A
-/// corrupt block is an error: a benchmark of a wrong allocator means nothing.
+/// on `heap` — a fresh heap's first launch, then the same again, with
+/// `between` done to the heap between them — and returns the two times,
+/// the pairs of one run and the nulls of both. A corrupt block is an
+/// error: a benchmark of a wrong allocator means nothing.
 fn cold_warm<K: Kernel>(
     heap: &mut Heap,
     blocks: u32,
     block: u32,
     what: &str,
+    between: impl FnOnce(&mut Heap) -> Result<(), HostError>,
     kernel: impl Fn(*mut u64) -> K,
 ) -> Result<([f64; 2], u64, u64, PerPair), HostError> {
     let cold = one_launch(heap, blocks, block, what, &kernel)?;
+    between(heap)?;
     let warm = one_launch(heap, blocks, block, what, &kernel)?;
     // The warm launch's counts, or the cold one's if the warm made no pair.
     let per_pair = if warm.pairs > 0 {
@@ -239,29 +242,45 @@ fn alloc_free_case(
     rounds: u32,
 ) -> Result<Row, HostError> {
     let mut heap = open_heap(prefer, config, schedule)?;
+    let nothing = |_: &mut Heap| Ok(());
+    alloc_free_on(
+        &mut heap,
+        "alloc_free",
+        threads,
+        block,
+        size,
+        rounds,
+        nothing,
+    )
+}
+
+/// `alloc_free` of `size` at `threads` on `heap`, cold and warm with
+/// `between` done to the heap between the launches (`cold_warm`), as a
+/// row called `case`.
+fn alloc_free_on(
+    heap: &mut Heap,
+    case: &str,
+    threads: u32,
+    block: u32,
+    size: u32,
+    rounds: u32,
+    between: impl FnOnce(&mut Heap) -> Result<(), HostError>,
+) -> Result<Row, HostError> {
     let blocks = threads.div_ceil(block);
-    let (times, pairs, nulls, per) = cold_warm(&mut heap, blocks, block, "alloc_free", |stats| {
-        alloc_free::Args {
-            stats,
-            size,
-            rounds,
-        }
-    })?;
+    let (times, pairs, nulls, per) =
+        cold_warm(heap, blocks, block, "alloc_free", between, |stats| {
+            alloc_free::Args {
+                stats,
+                size,
+                rounds,
+            }
+        })?;
     let rates = [
         pairs_per_second(pairs, times[0]),
         pairs_per_second(pairs, times[1]),
     ];
     let threads = u64::from(blocks * block);
-    alloc_free_row(
-        &heap,
-        "alloc_free",
-        threads,
-        size,
-        rounds,
-        rates,
-        nulls,
-        per,
-    )
+    alloc_free_row(heap, case, threads, size, rounds, rates, nulls, per)
 }
 
 /// The profile of one `alloc_free` launch of `size` at `threads` on a
@@ -334,30 +353,12 @@ fn warmed_case(
     size: u32,
     rounds: u32,
 ) -> Result<Row, HostError> {
-    let blocks = threads.div_ceil(block);
-    let kernel = |stats| alloc_free::Args {
-        stats,
-        size,
-        rounds,
-    };
     let profile = profile_of(prefer, schedule, threads, block, size, rounds)?;
     let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
     let published = heap.warm_up(&profile)?;
-    let (times, pairs, nulls, per) = cold_warm(&mut heap, blocks, block, "alloc_free", kernel)?;
-    let rates = [
-        pairs_per_second(pairs, times[0]),
-        pairs_per_second(pairs, times[1]),
-    ];
-    let mut row = alloc_free_row(
-        &heap,
-        "alloc_free warmed up",
-        u64::from(blocks * block),
-        size,
-        rounds,
-        rates,
-        nulls,
-        per,
-    )?;
+    let nothing = |_: &mut Heap| Ok(());
+    let case = "alloc_free warmed up";
+    let mut row = alloc_free_on(&mut heap, case, threads, block, size, rounds, nothing)?;
     row.note = join_notes(
         &format!("warmed up: {published} slabs published before the first launch"),
         &row.note,
@@ -377,34 +378,8 @@ fn spread_case(
     rounds: u32,
 ) -> Result<Row, HostError> {
     let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
-    let blocks = threads.div_ceil(block);
-    let kernel = |stats| alloc_free::Args {
-        stats,
-        size,
-        rounds,
-    };
-    let cold = one_launch(&mut heap, blocks, block, "alloc_free", kernel)?;
-    heap.spread()?;
-    let warm = one_launch(&mut heap, blocks, block, "alloc_free", kernel)?;
-    let per = if warm.pairs > 0 {
-        warm.per_pair
-    } else {
-        cold.per_pair
-    };
-    let rates = [
-        pairs_per_second(cold.pairs, cold.seconds),
-        pairs_per_second(warm.pairs, warm.seconds),
-    ];
-    let mut row = alloc_free_row(
-        &heap,
-        "alloc_free spread",
-        u64::from(blocks * block),
-        size,
-        rounds,
-        rates,
-        cold.nulls + warm.nulls,
-        per,
-    )?;
+    let case = "alloc_free spread";
+    let mut row = alloc_free_on(&mut heap, case, threads, block, size, rounds, Heap::spread)?;
     row.note = join_notes("Heap::spread between the launches", &row.note);
     Ok(row)
 }
@@ -594,16 +569,18 @@ fn mixed_case(
 ) -> Result<Row, HostError> {
     let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
     let blocks = threads.div_ceil(block);
-    let (times, pairs, nulls, per) = cold_warm(&mut heap, blocks, block, "mixed sizes", |stats| {
-        lifetimes::Args {
-            stats,
-            seed: 1,
-            iterations: rounds,
-            max_small: 8192,
-            keep_one_in: 0,
-            corrupt_one_in: 0,
-        }
-    })?;
+    let nothing = |_: &mut Heap| Ok(());
+    let (times, pairs, nulls, per) =
+        cold_warm(&mut heap, blocks, block, "mixed sizes", nothing, |stats| {
+            lifetimes::Args {
+                stats,
+                seed: 1,
+                iterations: rounds,
+                max_small: 8192,
+                keep_one_in: 0,
+                corrupt_one_in: 0,
+            }
+        })?;
     Ok(Row {
         case: "mixed 16 B-8 KiB".into(),
         mode: mode_name(heap.mode()),

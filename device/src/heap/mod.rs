@@ -874,15 +874,6 @@ impl DeviceHeap {
         let slots = self.slot_count().min(MAX_SLOTS as u32);
         let streams = self.streams() as usize;
         let hints = hints.get_mut(..CLASS_COUNT * streams).unwrap_or(&mut []);
-        // The class of the empty slab published at `index`, if any.
-        let empty_of = |index: u32| {
-            let guard = self.slot(index);
-            let seen = guard.look();
-            (guard.peek().is_some() && seen.count() == 0)
-                .then(|| seen.class())
-                .flatten()
-                .filter(|&class| (class as usize) < CLASS_COUNT)
-        };
         let mut is_kept = [0u32; MAX_SLOTS / 32];
         let mut kept = [0u32; CLASS_COUNT];
         let mut keep_at = |index: u32, class: u32| {
@@ -897,13 +888,13 @@ impl DeviceHeap {
             let class = (i / streams) as u32;
             if let Some(index) = (hint & HINT_SLOT_MASK).checked_sub(1)
                 && index < slots
-                && empty_of(index) == Some(class)
+                && self.empty_class(index) == Some(class)
             {
                 keep_at(index, class);
             }
         }
         for index in 0..slots {
-            if let Some(class) = empty_of(index) {
+            if let Some(class) = self.empty_class(index) {
                 keep_at(index, class);
             }
         }
@@ -911,7 +902,7 @@ impl DeviceHeap {
         let mut n = 0;
         // The kept slabs are the empty ones left: `aim_hints` below.
         for index in 0..slots {
-            if kept_at(index) || empty_of(index).is_none() {
+            if kept_at(index) || self.empty_class(index).is_none() {
                 continue;
             }
             let guard = self.slot(index);
@@ -954,18 +945,12 @@ impl DeviceHeap {
         let Some(hints) = hints.get_mut(..CLASS_COUNT * streams) else {
             return;
         };
-        let empty_of = |index: u32| {
-            let seen = self.slot(index).look();
-            (self.slot(index).peek().is_some() && seen.count() == 0)
-                .then(|| seen.class())
-                .flatten()
-        };
         // A class's empty slots, listed by one pass of the table a class.
         let mut list = [0u16; MAX_SLOTS];
         for class in 0..CLASS_COUNT as u32 {
             let mut len = 0;
             for index in 0..slots {
-                if empty_of(index) == Some(class) {
+                if self.empty_class(index) == Some(class) {
                     list[len] = index as u16;
                     len += 1;
                 }
@@ -1013,6 +998,17 @@ impl DeviceHeap {
                 }
             }
         }
+    }
+
+    /// The class of the empty slab that slot `index` publishes, if it
+    /// publishes one (quiescent heap: `take_empty`, `aim_hints`).
+    fn empty_class(&self, index: u32) -> Option<u32> {
+        let guard = self.slot(index);
+        let seen = guard.look();
+        (guard.peek().is_some() && seen.count() == 0)
+            .then(|| seen.class())
+            .flatten()
+            .filter(|&class| (class as usize) < CLASS_COUNT)
     }
 
     /// A slab from the pool (host side, no kernel running), if any.
