@@ -1483,3 +1483,97 @@ fn a_lone_lanes_pair_costs_eight_round_trips() {
         assert_empty(&mut heap, "a lone lane");
     }
 }
+
+/// A group that comes back to its stream's slab (the slab its last free
+/// went to, with room then for its group four times over: a roomy hint,
+/// locked without a look) and finds room there for only part of it takes
+/// none while the heap may grow: it is served whole in another slab,
+/// rather than split over two — one lane scanning again, a lock and a free
+/// more — and its stream's hint moves there (`whole_at_home` in
+/// `heap/search.rs`). Once the host refuses, the group takes the room
+/// there is: 31 lanes served at home, one null.
+#[test]
+fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has() {
+    const SIZE: u32 = 8 << 10;
+    let usable = geometry(class_index(SIZE)).usable;
+    assert_eq!(usable, 255, "7 groups of 32 and 31 blocks a slab");
+    let slab_of = |p: &u64| p & !(SLAB_SIZE - 1);
+    // Converged launches of one block: warp `w` is stream `w`.
+    let converged = |lanes: usize| {
+        LaunchConfig::linear(1, lanes as u32)
+            .seed(0x3b0e)
+            .workers(1)
+            .convergence(Convergence::Converged)
+    };
+    let malloc = |heap: &mut Heap, sizes: &[u32]| {
+        let launcher = heap.launcher().expect("a heap made with a launcher");
+        let sizes_buf = launcher.upload(sizes).expect("upload");
+        let ptrs = buffer::<u64>(heap, sizes.len());
+        let args = malloc_sizes::Args {
+            ptrs: ptrs.kernel_ptr(),
+            sizes: sizes_buf.kernel_ptr(),
+        };
+        run(heap, &converged(sizes.len()), args);
+        read(heap, &ptrs)
+    };
+    let free = |heap: &mut Heap, ptrs: &[u64]| {
+        free_counts(heap, &converged(ptrs.len()), ptrs);
+    };
+    // Warp 0 alone, and warp 1 beside an idle warp 0 (size 0: null, no
+    // search).
+    let warp_0 = [SIZE; 32];
+    let warp_1: Vec<u32> = (0..64).map(|t| if t < 32 { 0 } else { SIZE }).collect();
+    for exhausted in [false, true] {
+        let context = if exhausted {
+            "exhausted"
+        } else {
+            "room to grow"
+        };
+        // Room for one slab, or for many.
+        let mut heap = heap(if exhausted { SLAB_SIZE } else { 1 << 30 }, 64);
+        // Stream 0 takes 4 groups' blocks in slab A and frees the last:
+        // 96 blocks held, its hint at A and roomy.
+        let mut held: Vec<u64> = Vec::new();
+        for _ in 0..4 {
+            held.extend(malloc(&mut heap, &warp_0));
+        }
+        let home = slab_of(&held[0]);
+        assert!(
+            held.iter().all(|p| *p != 0 && slab_of(p) == home),
+            "{context}"
+        );
+        free(&mut heap, &held.split_off(96));
+        // Stream 1 fills A to 224 blocks: room for 31 more.
+        for _ in 0..4 {
+            let got = malloc(&mut heap, &warp_1);
+            assert!(got[32..].iter().all(|p| slab_of(p) == home), "{context}");
+            held.extend(&got[32..]);
+        }
+        // Stream 0 comes back.
+        let back = malloc(&mut heap, &warp_0);
+        let at_home = back
+            .iter()
+            .filter(|p| **p != 0 && slab_of(p) == home)
+            .count();
+        let nulls = back.iter().filter(|p| **p == 0).count();
+        if exhausted {
+            assert_eq!(
+                (at_home, nulls),
+                (31, 1),
+                "{context}: the home's room not taken: {:?}",
+                heap.stats().expect("stats")
+            );
+        } else {
+            let away = slab_of(&back[0]);
+            assert!(
+                away != home && back.iter().all(|p| *p != 0 && slab_of(p) == away),
+                "{context}: the group was split ({at_home} lanes at home, {nulls} nulls): {:?}",
+                heap.stats().expect("stats")
+            );
+        }
+        held.extend(back.iter().filter(|p| **p != 0));
+        free(&mut heap, &held);
+        assert_clean(&Stats::default(), errors(&heap), context);
+        assert_empty(&mut heap, context);
+    }
+}

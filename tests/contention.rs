@@ -36,7 +36,7 @@
 //!   sleep asked for per pair stay under their bounds (a search that
 //!   bounces pays its atomics and its wait again);
 //! * spreading in the slab: extra rounds of the bitfield walk per
-//!   group-malloc (at 16 B to 1 KiB, the 0.1);
+//!   group-malloc (warm: the 0.1, but 0.125 at 8 KiB);
 //! * fences per pair, and dependent global round trips per pair on the
 //!   path of the warp that met nothing in its way (the simulator's
 //!   `LaunchStats::least_round_trips`), and their mean over the warps,
@@ -318,6 +318,16 @@ const COLD: Bounds = Bounds {
 /// blind in all four rounds one time in fifty or so, and then must meet
 /// nothing else. The rising demand's second launch at 8 KiB: the path 7
 /// in nineteen runs of twenty-one, 7.25 in two (its bound 9 → 8).
+///
+/// With a group served whole or not at all at its stream's own slab
+/// (`whole_at_home`; 2026-12-06, 04:47-05:03 UTC, the build machine):
+/// extra walk rounds per group-malloc at 8 KiB warm 0.043 to 0.094 in
+/// eighteen release runs, 0.055 to 0.071 in three as CI runs the test
+/// alone, 0.104 in one `cargo xtask test` (four runs of the code before
+/// that morning: 0.101 to 0.126); guard RMWs per group-pair 3.03 to 3.08;
+/// the path 7 in every run that printed it (twelve). The 8 KiB bound
+/// 0.15 → 0.125: the 0.1 held in 21 runs of 22, too few to gate
+/// CI on it.
 const WARM: Bounds = Bounds {
     growth: 0.8,
     guard_rmws: 3.5,
@@ -331,7 +341,7 @@ const WARM: Bounds = Bounds {
     extra_probes_small: 0.1,
     extra_probes_1k: 0.1,
     extra_probes: 0.1,
-    extra_probes_8k: 0.15,
+    extra_probes_8k: 0.125,
     fences_per_pair: 4.0,
     path_round_trips: 8.0,
     path_round_trips_small: 7.0,
@@ -369,6 +379,13 @@ const HALF: Bounds = Bounds {
 /// 0.35. The code before (`7c4f8b5`) grew 0 or 1 slabs: peak slabs ÷
 /// demand 0.60 to 0.78, 71 to 187 round trips per pair (BENCHMARKS.md,
 /// "Growth when demand rises").
+///
+/// With a group served whole at its stream's slab (`whole_at_home`;
+/// 2026-12-06, 04:50 UTC, five release runs), the second launch at 8 KiB:
+/// extra walk rounds 0.162 to 0.205 (bound 0.6 → 0.4), the path 7 in
+/// each (7.25 in two runs of twenty-one before; bound 8 → 7.5), guard
+/// RMWs per group-pair 3.60 to 3.70; at 1 KiB, 0.151 to 0.295 extra walk
+/// rounds.
 const RISING: Bounds = Bounds {
     growth: 0.8,
     guard_rmws: 4.5,
@@ -382,11 +399,11 @@ const RISING: Bounds = Bounds {
     extra_probes_small: 0.1,
     extra_probes_1k: 0.5,
     extra_probes: 0.5,
-    extra_probes_8k: 0.6,
+    extra_probes_8k: 0.4,
     fences_per_pair: 4.0,
     path_round_trips: 9.0,
     path_round_trips_small: 7.0,
-    path_round_trips_8k: 8.0,
+    path_round_trips_8k: 7.5,
     creation_waits: 300.0,
     creation_waits_8k: 300.0,
     mean_round_trips: 30.0,
@@ -923,8 +940,10 @@ fn a_heap_warmed_up_from_a_profile_launches_warm() {
 /// A warm launch after the host spread the classes' streams over their
 /// slabs (`Heap::spread`, between the cold launch and it): each stream
 /// starts at a word of a slab of its own, in turn, and the launch meets the
-/// warm bounds with extra walk rounds at 8 KiB held to the 0.1
-/// (after the cold launch alone: 0.08 to 0.14, `WARM`'s 0.15).
+/// warm bounds with extra walk rounds at 8 KiB held to 0.08: fewer than
+/// after the cold launch alone (`WARM`'s 0.125; 0.043 to 0.104 there,
+/// 0.025 to 0.037 here in five runs on 2026-12-06, 04:50 UTC, and 0.030
+/// to 0.065 in eleven before `whole_at_home`).
 #[test]
 fn a_warm_launch_after_a_spread_meets_the_bounds_and_walks_less() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -940,7 +959,7 @@ fn a_warm_launch_after_a_spread_meets_the_bounds_and_walks_less() {
         assert_empty(&mut heap, &context);
         println!("{case} after a spread: {}", spread.line());
         let bounds = Bounds {
-            extra_probes_8k: 0.1,
+            extra_probes_8k: 0.08,
             ..WARM
         };
         failures.push_str(&spread.failures(case, &format!("{case} after a spread"), &bounds));

@@ -19,13 +19,14 @@
 
 mod support;
 
-use support::{assert_clean, assert_empty, buffer, errors, heap, heap_with, read, run, stats};
+use support::{
+    assert_clean, assert_empty, buffer, errors, free_run, heap, heap_with, malloc_sizes_run, run,
+    stats,
+};
 use warpalloc::HeapConfig;
 use warpalloc_device::sim::{Convergence, LaunchConfig};
 use warpalloc_device::size_class::{CLASSES, SLAB_SIZE};
-use warpalloc_kernels_tests::stress::{
-    STATS_WORDS, Stats, churn, drain_transfer, free_only, lifetimes, malloc_sizes,
-};
+use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats, churn, drain_transfer, lifetimes};
 
 const BLOCKS: u32 = 32;
 const THREADS: u32 = 128;
@@ -196,37 +197,6 @@ fn an_aged_heap_maps_no_more_per_live_byte() {
         aged.mapped_per_live() <= MAPPED_PER_LIVE,
         "peak mapped ÷ peak live {:.2} after {LONG} rounds: {aged:?}",
         aged.mapped_per_live()
-    );
-}
-
-/// `malloc_sizes` of `sizes` (a thread each, one block); the addresses.
-fn malloc_sizes_run(heap: &mut warpalloc::Heap, sizes: &[u32]) -> Vec<u64> {
-    let launcher = heap.launcher().expect("a heap made with a launcher");
-    let sizes_buf = launcher.upload(sizes).expect("upload");
-    let ptrs = buffer::<u64>(heap, sizes.len());
-    let cfg = LaunchConfig::linear(1, sizes.len() as u32).seed(3);
-    run(
-        heap,
-        &cfg,
-        malloc_sizes::Args {
-            ptrs: ptrs.kernel_ptr(),
-            sizes: sizes_buf.kernel_ptr(),
-        },
-    );
-    read(heap, &ptrs)
-}
-
-/// `free_only` of `ptrs` (a thread each; 0: nothing).
-fn free_run(heap: &mut warpalloc::Heap, ptrs: &[u64]) {
-    let launcher = heap.launcher().expect("a heap made with a launcher");
-    let buf = launcher.upload(ptrs).expect("upload");
-    let cfg = LaunchConfig::linear(1, ptrs.len() as u32).seed(5);
-    run(
-        heap,
-        &cfg,
-        free_only::Args {
-            ptrs: buf.kernel_ptr(),
-        },
     );
 }
 
