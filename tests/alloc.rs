@@ -8,6 +8,7 @@ mod support;
 
 use support::{assert_clean, assert_empty, buffer, errors, heap, read, run, stats};
 use warpalloc::{Heap, HeapStats};
+use warpalloc_device::event::Event;
 use warpalloc_device::sim::{Convergence, LaunchConfig, LaunchStats, seeds};
 use warpalloc_device::size_class::{SLAB_SIZE, block_size, class_index, geometry};
 use warpalloc_host::Buffer;
@@ -1489,9 +1490,9 @@ fn a_lone_lanes_pair_costs_eight_round_trips() {
 /// locked without a look) and finds room there for only part of it takes
 /// none while the heap may grow: it is served whole in another slab,
 /// rather than split over two — one lane scanning again, a lock and a free
-/// more — and its stream's hint moves there (`whole_at_home` in
-/// `heap/search.rs`). Once the host refuses, the group takes the room
-/// there is: 31 lanes served at home, one null.
+/// more — and its stream's hint moves there (`at_home` in
+/// `heap/search.rs`). Once the host refuses, the group's first scan takes
+/// the room there is: 31 lanes served at home, one null.
 #[test]
 fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has() {
     const SIZE: u32 = 8 << 10;
@@ -1513,8 +1514,8 @@ fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has(
             ptrs: ptrs.kernel_ptr(),
             sizes: sizes_buf.kernel_ptr(),
         };
-        run(heap, &converged(sizes.len()), args);
-        read(heap, &ptrs)
+        let counts = run(heap, &converged(sizes.len()), args).expect("simulator counts");
+        (read(heap, &ptrs), counts.events)
     };
     let free = |heap: &mut Heap, ptrs: &[u64]| {
         free_counts(heap, &converged(ptrs.len()), ptrs);
@@ -1535,7 +1536,7 @@ fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has(
         // 96 blocks held, its hint at A and roomy.
         let mut held: Vec<u64> = Vec::new();
         for _ in 0..4 {
-            held.extend(malloc(&mut heap, &warp_0));
+            held.extend(malloc(&mut heap, &warp_0).0);
         }
         let home = slab_of(&held[0]);
         assert!(
@@ -1545,12 +1546,25 @@ fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has(
         free(&mut heap, &held.split_off(96));
         // Stream 1 fills A to 224 blocks: room for 31 more.
         for _ in 0..4 {
-            let got = malloc(&mut heap, &warp_1);
+            let (got, _) = malloc(&mut heap, &warp_1);
             assert!(got[32..].iter().all(|p| slab_of(p) == home), "{context}");
             held.extend(&got[32..]);
         }
-        // Stream 0 comes back.
-        let back = malloc(&mut heap, &warp_0);
+        if exhausted {
+            // A 16 B slab refused: the heap is exhausted (a refusal for its
+            // limit is kept).
+            assert_eq!(malloc(&mut heap, &[16]).0, [0], "{context}");
+        }
+        // Stream 0 comes back: its roomy hint's slot locked blind, with
+        // room for part of the group (a look would pass it without a
+        // lock); exhausted, locked again after the look that read the
+        // mark, and taken.
+        let (back, events) = malloc(&mut heap, &warp_0);
+        assert_eq!(
+            events[Event::PartialFit as usize],
+            1 + u64::from(exhausted),
+            "{context}: {events:?}"
+        );
         let at_home = back
             .iter()
             .filter(|p| **p != 0 && slab_of(p) == home)
@@ -1563,6 +1577,11 @@ fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has(
                 "{context}: the home's room not taken: {:?}",
                 heap.stats().expect("stats")
             );
+            // Three scans: the group's first, which serves 31 lanes at
+            // home, then the last lane's and its last try. Four when the
+            // group took no room at home once exhausted: it scanned the
+            // window and took the 31 on its own last try.
+            assert_eq!(events[Event::Scan as usize], 3, "{context}: {events:?}");
         } else {
             let away = slab_of(&back[0]);
             assert!(

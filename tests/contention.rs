@@ -320,14 +320,14 @@ const COLD: Bounds = Bounds {
 /// in nineteen runs of twenty-one, 7.25 in two (its bound 9 → 8).
 ///
 /// With a group served whole or not at all at its stream's own slab
-/// (`whole_at_home`; 2026-12-06, 04:47-05:03 UTC, the build machine):
+/// (`at_home`; 2026-12-06, 04:47-05:03 UTC, the build machine):
 /// extra walk rounds per group-malloc at 8 KiB warm 0.043 to 0.094 in
-/// eighteen release runs, 0.055 to 0.071 in three as CI runs the test
-/// alone, 0.104 in one `cargo xtask test` (four runs of the code before
-/// that morning: 0.101 to 0.126); guard RMWs per group-pair 3.03 to 3.08;
-/// the path 7 in every run that printed it (twelve). The 8 KiB bound
-/// 0.15 → 0.125: the 0.1 held in 21 runs of 22, too few to gate
-/// CI on it.
+/// eighteen release runs, 0.055 to 0.071 in three debug runs (as CI
+/// builds the test), 0.104 in one `cargo xtask test` (four runs of the
+/// code before that morning: 0.101 to 0.126); guard RMWs per group-pair
+/// 3.03 to 3.08; the path 7 in every run that printed it (twelve). The
+/// 8 KiB bound 0.15 → 0.125: the 0.1 held in 21 runs of 22, too
+/// few to gate CI on it.
 const WARM: Bounds = Bounds {
     growth: 0.8,
     guard_rmws: 3.5,
@@ -380,7 +380,7 @@ const HALF: Bounds = Bounds {
 /// demand 0.60 to 0.78, 71 to 187 round trips per pair (BENCHMARKS.md,
 /// "Growth when demand rises").
 ///
-/// With a group served whole at its stream's slab (`whole_at_home`;
+/// With a group served whole at its stream's slab (`at_home`;
 /// 2026-12-06, 04:50 UTC, five release runs), the second launch at 8 KiB:
 /// extra walk rounds 0.162 to 0.205 (bound 0.6 → 0.4), the path 7 in
 /// each (7.25 in two runs of twenty-one before; bound 8 → 7.5), guard
@@ -943,7 +943,7 @@ fn a_heap_warmed_up_from_a_profile_launches_warm() {
 /// warm bounds with extra walk rounds at 8 KiB held to 0.08: fewer than
 /// after the cold launch alone (`WARM`'s 0.125; 0.043 to 0.104 there,
 /// 0.025 to 0.037 here in five runs on 2026-12-06, 04:50 UTC, and 0.030
-/// to 0.065 in eleven before `whole_at_home`).
+/// to 0.065 in eleven before `at_home`).
 #[test]
 fn a_warm_launch_after_a_spread_meets_the_bounds_and_walks_less() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

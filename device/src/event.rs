@@ -19,7 +19,8 @@ pub enum Event {
     SlotLock = 1,
     /// A lock of a slab with no room for the group (given back at once).
     FullLock = 2,
-    /// A lock of a slab with room for part of the group only.
+    /// A lock of a slab with room for part of the group only (split
+    /// there, or passed whole at its stream's own slab).
     PartialFit = 3,
     /// A lock that registered the group on a slot being created.
     Registration = 4,

@@ -360,8 +360,10 @@ impl Found {
 ///
 /// What the look filtered, a blind lock meets as it is (all rare for a
 /// stream's own hint, whose slot held the warp's last slab of the class):
-/// a slab with room for part of the group only (the rest scan again at
-/// once), a creation (the group is counted on it, as a free is — as a
+/// a slab with room for part of the group only (the group takes none of
+/// it while the heap may grow, and scans on: `at_home`; on an exhausted
+/// heap the rest scan again at once), a creation (the group is counted
+/// on it, as a free is — as a
 /// waiter it is not: the creation's count is inflated by the group — and
 /// the scan looks at the slot again, registering there), an empty slot
 /// (the blind lock claims nothing: the scan looks at the slot again, and
@@ -438,13 +440,26 @@ fn locks_blind(usable: u32, n: u32, hinted: u32) -> bool {
     usable >= BLIND_LOCK_USABLE || n * 32 <= usable || (ROOMY..NEWCOMER).contains(&hinted)
 }
 
-/// Whether a lock at slot `offset` of a scan from the hint word `hinted`,
-/// with the exhausted mark as `limit` and `claim` hold it, serves its
-/// group whole or not at all (`admission`: a group of more than half a
-/// slab takes any room): at the hint's slot of a hint of the stream's own
-/// (`offset` 0, below `NEWCOMER`), while the search may claim or has not
-/// read the mark yet. Elsewhere, and once the heap is exhausted, a group
-/// takes what room there is, and its lanes beyond it scan again.
+/// Whether a scan at slot `offset` from the hint word `hinted` is at its
+/// stream's own slab: the hint's slot (`offset` 0) of a hint of the
+/// stream's own (below `NEWCOMER`).
+///
+/// # Whole at home
+/// There, while the heap may grow (`may_grow`), a lock that finds room
+/// for part of its group only (less than `admission`: a group of more
+/// than half a slab takes any room) takes none: the group scans on,
+/// whole. Once the heap is exhausted, the look at home that reads the
+/// mark and sees room there for part of the group goes on as a last try
+/// does (`LAST_RESORT`: any room) and takes it. (A blind lock comes
+/// before the mark is read: on an exhausted heap it refuses, and the look
+/// after it takes the room. Without that, the group passed its home and
+/// reached it only on its last try, which starts at the class's first
+/// slot and may not reach it: null with room there. Any room from home
+/// on, in the whole exhausted window, split a group over slabs that a
+/// search with admission passes: `a_refused_claim_is_served_by_the_room_its_scan_passed`
+/// failed.)
+/// Elsewhere, a group takes the room a lock finds, and its lanes beyond
+/// it scan again.
 ///
 /// A stream comes back to the slab it freed into. Where more streams come
 /// back to one slab than it has room for whole groups of (8 KiB: 255
@@ -458,7 +473,7 @@ fn locks_blind(usable: u32, n: u32, hinted: u32) -> bool {
 /// of 224 blocks, tried first, gave 0.032 extra walk rounds in one run,
 /// but cost every such slab its last 31 blocks).
 ///
-/// In the contention test's warm launch at 8 KiB (2026-12-06, 04:40-05:03
+/// In the contention test's warm launch at 8 KiB (2026-12-06, 04:47-05:03
 /// UTC, the build machine): extra walk rounds per group-malloc 0.043 to
 /// 0.094 in eighteen release runs and 0.055 to 0.071 in three debug runs,
 /// against 0.101 to 0.126 in four runs of the code before (0.078 to 0.141
@@ -470,15 +485,23 @@ fn locks_blind(usable: u32, n: u32, hinted: u32) -> bool {
 /// before, 6 and 2 after.
 ///
 /// Test: `tests/alloc.rs`,
-/// `a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has`
-/// (a roomy hint at a slab with room for 31: the group served whole in a
-/// new slab; with `false` here, 31 lanes at home and one elsewhere). On an
-/// exhausted heap its group gets the 31 and a null: a last try
-/// (`LAST_RESORT`) would take them anyway; the mark spares it the
-/// window's scan before it.
+/// `a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has`:
+/// a roomy hint (a blind lock) at a slab with room for 31, the group
+/// served whole in a new slab — with no refusal at home, 31 lanes there
+/// and one elsewhere; on an exhausted heap, its first scan serves 31 at
+/// home — with no last try from home once exhausted, the group scanned
+/// the exhausted window and took the 31 on its own last try.
 #[inline(always)]
-fn whole_at_home(offset: u32, hinted: u32, limit: u32, claim: u32) -> bool {
-    offset == 0 && hinted < NEWCOMER && (limit >= MARK_DUE || claim != 0)
+fn at_home(offset: u32, hinted: u32) -> bool {
+    offset == 0 && hinted < NEWCOMER
+}
+
+/// Whether a scan whose exhausted mark reads `limit` and `claim` may still
+/// grow the heap: the mark unread (a blind lock's), or read with a tag to
+/// claim with (not exhausted, or a slab at hand).
+#[inline(always)]
+fn may_grow(limit: u32, claim: u32) -> bool {
+    limit >= MARK_DUE || claim != 0
 }
 
 /// The slot a class's first scan starts from (its hint until it has one): a
@@ -720,6 +743,14 @@ impl DeviceHeap {
                 {
                     let bounds = self.search_bounds(class, n, slot_count);
                     (limit, claim) = ((bounds >> 32) as u32, bounds as u32);
+                    // Exhausted, at a home with room for part of the
+                    // group: taken, as a last try takes room (`at_home`).
+                    if at_home(offset, hinted)
+                        && !may_grow(limit, claim)
+                        && seen.worth_a_lock(class as u32, geo.usable, n, false, false, true)
+                    {
+                        hinted = LAST_RESORT;
+                    }
                 }
                 let may_claim = claim != 0;
                 if seen.is_crowded_creation(class as u32, n, geo.usable) {
@@ -734,7 +765,8 @@ impl DeviceHeap {
                 }
                 // Headroom while the search may claim, unless its stream
                 // has no slab of its own to come back to (`NEWCOMER`);
-                // any room on its last try (`LAST_RESORT`).
+                // any room on its last try (`LAST_RESORT`), and from home
+                // on once the heap is exhausted (`at_home`).
                 seen.worth_a_lock(
                     class as u32,
                     geo.usable,
@@ -764,8 +796,9 @@ impl DeviceHeap {
                         };
                         // Whole at home: at its stream's own slab, a group
                         // that would be split takes nothing while the heap
-                        // may grow (`whole_at_home`).
-                        let fit = if whole_at_home(offset, hinted, limit, claim)
+                        // may grow (`at_home`).
+                        let fit = if at_home(offset, hinted)
+                            && may_grow(limit, claim)
                             && room < admission(n, geo.usable)
                         {
                             0
@@ -773,7 +806,9 @@ impl DeviceHeap {
                             room.min(n)
                         };
                         if fit < n {
-                            record(if fit == 0 {
+                            // Room for part of the group: split, or (at
+                            // home, `at_home`) passed whole.
+                            record(if room == 0 {
                                 Event::FullLock
                             } else {
                                 Event::PartialFit
@@ -1326,19 +1361,24 @@ mod tests {
 
     #[test]
     fn a_group_at_home_is_served_whole_while_the_heap_may_grow() {
-        // The mark unread (a blind lock), or read with room to claim.
-        let (unread, tag) = (u32::MAX, creation_tag(3, 32));
-        assert!(whole_at_home(0, own(5), unread, 0));
-        assert!(whole_at_home(0, own(HINT_ROOMY | 5), MARK_DUE, 0));
-        assert!(whole_at_home(0, own(0), 100, tag));
-        // Exhausted (the mark read, nothing to claim with): any room.
-        assert!(!whole_at_home(0, own(5), 100, 0));
-        // Away from home, or at a hint not the stream's own, or on a last
-        // try: any room.
-        assert!(!whole_at_home(1, own(5), unread, 0));
-        assert!(!whole_at_home(0, NEWCOMER | 7, unread, 0));
-        assert!(!whole_at_home(0, CROWDED, 100, tag));
-        assert!(!whole_at_home(0, LAST_RESORT | 7, 100, tag));
+        // Home: the hint's slot of a hint of the stream's own, roomy or
+        // not, naming a block or not.
+        assert!(at_home(0, own(0)));
+        assert!(at_home(0, own(5)));
+        assert!(at_home(0, own(HINT_ROOMY | HINT_BLOCKS)));
+        // Away: past the hint's slot, a hint not the stream's own, a
+        // crowded creation met, a last try.
+        assert!(!at_home(1, own(5)));
+        assert!(!at_home(0, NEWCOMER | 7));
+        assert!(!at_home(0, CROWDED));
+        assert!(!at_home(0, LAST_RESORT | 7));
+        // The heap may grow while the mark is unread (a blind lock) or
+        // read with a tag to claim with; not once it is exhausted.
+        let tag = creation_tag(3, 32);
+        assert!(may_grow(u32::MAX, 0));
+        assert!(may_grow(MARK_DUE, 0));
+        assert!(may_grow(100, tag));
+        assert!(!may_grow(100, 0));
         // What "whole" asks of a slab: a group of 32 at 8 KiB all its
         // lanes; one of more than half a slab (64 KiB: 31 blocks) any.
         assert_eq!(admission(32, 255), 32);
