@@ -456,8 +456,8 @@ fn locks_blind(usable: u32, n: u32, hinted: u32) -> bool {
 /// reached it only on its last try, which starts at the class's first
 /// slot and may not reach it: null with room there. Any room from home
 /// on, in the whole exhausted window, split a group over slabs that a
-/// search with admission passes: `a_refused_claim_is_served_by_the_room_its_scan_passed`
-/// failed.)
+/// search with admission passes: the test
+/// `a_refused_claim_is_served_by_the_room_its_scan_passed` failed.)
 /// Elsewhere, a group takes the room a lock finds, and its lanes beyond
 /// it scan again.
 ///
@@ -765,8 +765,9 @@ impl DeviceHeap {
                 }
                 // Headroom while the search may claim, unless its stream
                 // has no slab of its own to come back to (`NEWCOMER`);
-                // any room on its last try (`LAST_RESORT`), and from home
-                // on once the heap is exhausted (`at_home`).
+                // any room on its last try (`LAST_RESORT`), which a scan
+                // becomes at a home with room for part of the group once
+                // the heap is exhausted (`at_home`).
                 seen.worth_a_lock(
                     class as u32,
                     geo.usable,
