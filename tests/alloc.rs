@@ -6,7 +6,10 @@
 
 mod support;
 
-use support::{assert_clean, assert_empty, buffer, errors, heap, read, run, stats};
+use support::{
+    assert_clean, assert_empty, buffer, errors, free_with, heap, malloc_sizes_with, read, run,
+    stats,
+};
 use warpalloc::{Heap, HeapStats};
 use warpalloc_device::event::Event;
 use warpalloc_device::sim::{Convergence, LaunchConfig, LaunchStats, seeds};
@@ -14,8 +17,8 @@ use warpalloc_device::size_class::{SLAB_SIZE, block_size, class_index, geometry}
 use warpalloc_host::Buffer;
 use warpalloc_kernels_tests::stress::{
     STATS_WORDS, SWEEP_SIZES, Stats, aligned, alloc_free, bad_input, churn, drain, drain_transfer,
-    duplicate_frees, fill, free_only, freed_queries, malloc_free_once, malloc_only, malloc_sizes,
-    resize, size_sweep,
+    duplicate_frees, fill, free_only, freed_queries, malloc_free_once, malloc_only, resize,
+    size_sweep,
 };
 
 struct Churn {
@@ -904,19 +907,7 @@ fn duplicate_frees_in_one_call_never_free_another_warps_block() {
 /// Launches `free_only` on `ptrs` (a word per thread of `cfg`) and returns
 /// the simulator's counts of the launch.
 fn free_counts(heap: &mut Heap, cfg: &LaunchConfig, ptrs: &[u64]) -> LaunchStats {
-    let ptrs = heap
-        .launcher()
-        .expect("a heap made with a launcher")
-        .upload(ptrs)
-        .expect("upload");
-    run(
-        heap,
-        cfg,
-        free_only::Args {
-            ptrs: ptrs.kernel_ptr(),
-        },
-    )
-    .expect("simulator counts")
+    free_with(heap, cfg, ptrs).expect("simulator counts")
 }
 
 /// The simulator's counts of one warp's launch of `malloc_only` (`size`
@@ -1143,23 +1134,10 @@ fn a_warp_of_mixed_classes_on_an_exhausted_heap_finds_each_class_its_room() {
     // interleaved, so that no class is a contiguous run of lanes.
     let size_of = |lane: usize| [16u32, 1024, 4096, 64][lane % 4];
     let sizes: Vec<u32> = (0..32).map(size_of).collect();
-    let sizes_buf = heap
-        .launcher()
-        .expect("a heap made with a launcher")
-        .upload(&sizes)
-        .expect("upload");
-    let ptrs = buffer::<u64>(&heap, 32);
-    run(
-        &mut heap,
-        &LaunchConfig::linear(1, 32)
-            .seed(11)
-            .convergence(Convergence::Converged),
-        malloc_sizes::Args {
-            ptrs: ptrs.kernel_ptr(),
-            sizes: sizes_buf.kernel_ptr(),
-        },
-    );
-    let got = read(&heap, &ptrs);
+    let cfg = LaunchConfig::linear(1, 32)
+        .seed(11)
+        .convergence(Convergence::Converged);
+    let (got, _) = malloc_sizes_with(&mut heap, &cfg, &sizes);
     for (lane, (&p, &size)) in got.iter().zip(&sizes).enumerate() {
         if size == 4096 {
             assert_eq!(p, 0, "lane {lane}: 4 KiB has no slab and no memory");
@@ -1507,15 +1485,8 @@ fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has(
             .convergence(Convergence::Converged)
     };
     let malloc = |heap: &mut Heap, sizes: &[u32]| {
-        let launcher = heap.launcher().expect("a heap made with a launcher");
-        let sizes_buf = launcher.upload(sizes).expect("upload");
-        let ptrs = buffer::<u64>(heap, sizes.len());
-        let args = malloc_sizes::Args {
-            ptrs: ptrs.kernel_ptr(),
-            sizes: sizes_buf.kernel_ptr(),
-        };
-        let counts = run(heap, &converged(sizes.len()), args).expect("simulator counts");
-        (read(heap, &ptrs), counts.events)
+        let (got, counts) = malloc_sizes_with(heap, &converged(sizes.len()), sizes);
+        (got, counts.expect("simulator counts").events)
     };
     let free = |heap: &mut Heap, ptrs: &[u64]| {
         free_counts(heap, &converged(ptrs.len()), ptrs);

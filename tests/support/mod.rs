@@ -168,33 +168,52 @@ pub fn run_ending_child(name: &str, env: &str) -> (String, String) {
     (stdout, stderr)
 }
 
-/// `malloc_sizes` of `sizes` (a thread each, one block); the addresses.
-pub fn malloc_sizes_run(heap: &mut Heap, sizes: &[u32]) -> Vec<u64> {
+/// `malloc_sizes` of `sizes` (a thread each) with `cfg`'s grid and
+/// schedule: the addresses (0: null), and the simulator's counts.
+pub fn malloc_sizes_with(
+    heap: &mut Heap,
+    cfg: &LaunchConfig,
+    sizes: &[u32],
+) -> (Vec<u64>, Option<LaunchStats>) {
     let launcher = heap.launcher().expect("a heap made with a launcher");
     let sizes_buf = launcher.upload(sizes).expect("upload");
     let ptrs = buffer::<u64>(heap, sizes.len());
-    let cfg = LaunchConfig::linear(1, sizes.len() as u32).seed(3);
-    run(
+    let counts = run(
         heap,
-        &cfg,
+        cfg,
         warpalloc_kernels_tests::stress::malloc_sizes::Args {
             ptrs: ptrs.kernel_ptr(),
             sizes: sizes_buf.kernel_ptr(),
         },
     );
-    read(heap, &ptrs)
+    (read(heap, &ptrs), counts)
 }
 
-/// `free_only` of `ptrs` (a thread each; 0: nothing).
-pub fn free_run(heap: &mut Heap, ptrs: &[u64]) {
+/// `malloc_sizes` of `sizes` (a thread each, one block); the addresses.
+pub fn malloc_sizes_run(heap: &mut Heap, sizes: &[u32]) -> Vec<u64> {
+    let cfg = LaunchConfig::linear(1, sizes.len() as u32).seed(3);
+    malloc_sizes_with(heap, &cfg, sizes).0
+}
+
+/// `free_only` of `ptrs` (a thread each; 0: nothing) with `cfg`'s grid and
+/// schedule: the simulator's counts.
+pub fn free_with(heap: &mut Heap, cfg: &LaunchConfig, ptrs: &[u64]) -> Option<LaunchStats> {
     let launcher = heap.launcher().expect("a heap made with a launcher");
     let buf = launcher.upload(ptrs).expect("upload");
-    let cfg = LaunchConfig::linear(1, ptrs.len() as u32).seed(5);
     run(
         heap,
-        &cfg,
+        cfg,
         warpalloc_kernels_tests::stress::free_only::Args {
             ptrs: buf.kernel_ptr(),
         },
+    )
+}
+
+/// `free_only` of `ptrs` (a thread each, one block; 0: nothing).
+pub fn free_run(heap: &mut Heap, ptrs: &[u64]) {
+    free_with(
+        heap,
+        &LaunchConfig::linear(1, ptrs.len() as u32).seed(5),
+        ptrs,
     );
 }
