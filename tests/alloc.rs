@@ -1224,7 +1224,7 @@ fn classes_keep_their_emptied_slabs_while_the_host_has_memory() {
     // the host); headroom's doing (2026-12-05), not a roomy hint's, which
     // a 16 KiB slab never is (`ROOMY_BLOCKS` is 128). At 8 KiB (2 slabs of
     // 255 blocks) a displaced group finds the other slab with room twice
-    // over: none.
+    // (near its hint, four times) over: none.
     let mut before = second;
     for (size, slabs) in [(16 << 10, 3), (8 << 10, 2)] {
         let now = round(&mut heap, size);

@@ -160,9 +160,10 @@ pub const fn admission(n: u32, usable: u32) -> u32 {
 /// `usable` blocks before it locks it ([`Seen::worth_a_lock`]):
 /// [`admission`]'s room times `2^headroom` (0: none, 1: twice over, 2:
 /// four times over; search.rs, `headroom`, which asks four times over only
-/// where that is at most half a slab), but admission's alone in a class of
-/// one block a slab — twice the room is more than such a slab holds, and
-/// an empty slab of the class is worth a lock whatever a search wants.
+/// in classes of 255 blocks a slab or more, where that is about half a
+/// slab or less), but admission's alone in a class of one block a slab —
+/// twice the room is more than such a slab holds, and an empty slab of the
+/// class is worth a lock whatever a search wants.
 #[inline(always)]
 pub const fn wanted(n: u32, usable: u32, headroom: u32) -> u32 {
     admission(n, usable) << if usable > 1 { headroom } else { 0 }
@@ -813,9 +814,9 @@ mod tests {
                     "usable {usable}, n {n}"
                 );
             }
-            // Four times over is asked where a slab holds more than four
-            // groups of 32 (search.rs, `NEAR_USABLE`).
-            if usable > 128 {
+            // Four times over is asked only in classes of 255 blocks a
+            // slab and more (search.rs, `NEAR_USABLE`).
+            if usable >= 255 {
                 assert!(slab_at(0).worth_a_lock(3, usable, 32, true, 2, false));
             }
         }
