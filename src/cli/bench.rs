@@ -135,6 +135,32 @@ struct PerPair {
     sys: Option<f64>,
 }
 
+/// Where the cases run: the launcher's preference and the simulator's
+/// schedule, with which each case opens a heap of its own.
+#[derive(Clone, Copy)]
+struct On {
+    prefer: Prefer,
+    schedule: Schedule,
+}
+
+impl On {
+    /// A fresh heap with `config`.
+    fn heap(self, config: HeapConfig) -> Result<Heap, HostError> {
+        open_heap(self.prefer, config, self.schedule)
+    }
+}
+
+/// The benchmark loop's launch (`alloc_free`): `threads` in blocks of
+/// `block`, each thread `rounds` pairs of a malloc of `size` bytes and its
+/// free.
+#[derive(Clone, Copy)]
+struct Shape {
+    threads: u32,
+    block: u32,
+    size: u32,
+    rounds: u32,
+}
+
 /// The whole run.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
@@ -232,40 +258,26 @@ fn one_launch<K: Kernel>(
     })
 }
 
-fn alloc_free_case(
-    prefer: Prefer,
-    schedule: Schedule,
-    config: HeapConfig,
-    threads: u32,
-    block: u32,
-    size: u32,
-    rounds: u32,
-) -> Result<Row, HostError> {
-    let mut heap = open_heap(prefer, config, schedule)?;
+fn alloc_free_case(on: On, config: HeapConfig, shape: Shape) -> Result<Row, HostError> {
+    let mut heap = on.heap(config)?;
     let nothing = |_: &mut Heap| Ok(());
-    alloc_free_on(
-        &mut heap,
-        "alloc_free",
+    alloc_free_on(&mut heap, "alloc_free", shape, nothing)
+}
+
+/// `alloc_free` of `shape` on `heap`, cold and warm with `between` done
+/// to the heap between the launches (`cold_warm`), as a row called `case`.
+fn alloc_free_on(
+    heap: &mut Heap,
+    case: &str,
+    shape: Shape,
+    between: impl FnOnce(&mut Heap) -> Result<(), HostError>,
+) -> Result<Row, HostError> {
+    let Shape {
         threads,
         block,
         size,
         rounds,
-        nothing,
-    )
-}
-
-/// `alloc_free` of `size` at `threads` on `heap`, cold and warm with
-/// `between` done to the heap between the launches (`cold_warm`), as a
-/// row called `case`.
-fn alloc_free_on(
-    heap: &mut Heap,
-    case: &str,
-    threads: u32,
-    block: u32,
-    size: u32,
-    rounds: u32,
-    between: impl FnOnce(&mut Heap) -> Result<(), HostError>,
-) -> Result<Row, HostError> {
+    } = shape;
     let blocks = threads.div_ceil(block);
     let (times, pairs, nulls, per) =
         cold_warm(heap, blocks, block, "alloc_free", between, |stats| {
@@ -283,18 +295,17 @@ fn alloc_free_on(
     alloc_free_row(heap, case, threads, size, rounds, rates, nulls, per)
 }
 
-/// The profile of one `alloc_free` launch of `size` at `threads` on a
-/// fresh heap in RPC mode: what a pool for it needs (README, "Sizing a pool
-/// from a run").
-fn profile_of(
-    prefer: Prefer,
-    schedule: Schedule,
-    threads: u32,
-    block: u32,
-    size: u32,
-    rounds: u32,
-) -> Result<HeapProfile, HostError> {
-    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+/// The profile of one `alloc_free` launch of `shape` on a fresh heap in
+/// RPC mode: what a pool for it needs (README, "Sizing a pool from a
+/// run").
+fn profile_of(on: On, shape: Shape) -> Result<HeapProfile, HostError> {
+    let Shape {
+        threads,
+        block,
+        size,
+        rounds,
+    } = shape;
+    let mut heap = on.heap(HeapConfig::default())?;
     one_launch(
         &mut heap,
         threads.div_ceil(block),
@@ -309,27 +320,20 @@ fn profile_of(
     heap.profile()
 }
 
-/// [`Case::Pool`]: `alloc_free` of `size` at `threads` in pool mode, the
-/// pool sized from the same launch's profile in RPC mode with a quarter
-/// more (a launch's racing groups may create a few slabs more than the
-/// profiled one did) and a fallback to the host once dry (no null: its
-/// requests, if any, are in the row's note).
-fn pool_case(
-    prefer: Prefer,
-    schedule: Schedule,
-    threads: u32,
-    block: u32,
-    size: u32,
-    rounds: u32,
-) -> Result<Row, HostError> {
-    let profile = profile_of(prefer, schedule, threads, block, size, rounds)?;
+/// [`Case::Pool`]: `alloc_free` of `shape` in pool mode, the pool sized
+/// from the same launch's profile in RPC mode with a quarter more (a
+/// launch's racing groups may create a few slabs more than the profiled
+/// one did) and a fallback to the host once dry (no null: its requests,
+/// if any, are in the row's note).
+fn pool_case(on: On, shape: Shape) -> Result<Row, HostError> {
+    let profile = profile_of(on, shape)?;
     let slabs = profile.slabs() + profile.slabs() / 4 + 1;
     let config = HeapConfig {
         mode: Mode::Pool { slabs },
         pool_fallback: true,
         ..HeapConfig::default()
     };
-    let mut row = alloc_free_case(prefer, schedule, config, threads, block, size, rounds)?;
+    let mut row = alloc_free_case(on, config, shape)?;
     row.case = "alloc_free pool".into();
     row.note = join_notes(
         &format!(
@@ -342,23 +346,16 @@ fn pool_case(
     Ok(row)
 }
 
-/// [`Case::Warmed`]: `alloc_free` of `size` at `threads` on a heap in RPC
-/// mode (its profile taken), then on a fresh heap warmed up from that
-/// profile: cold and warm, as an `alloc-free` row.
-fn warmed_case(
-    prefer: Prefer,
-    schedule: Schedule,
-    threads: u32,
-    block: u32,
-    size: u32,
-    rounds: u32,
-) -> Result<Row, HostError> {
-    let profile = profile_of(prefer, schedule, threads, block, size, rounds)?;
-    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+/// [`Case::Warmed`]: `alloc_free` of `shape` on a heap in RPC mode (its
+/// profile taken), then on a fresh heap warmed up from that profile: cold
+/// and warm, as an `alloc-free` row.
+fn warmed_case(on: On, shape: Shape) -> Result<Row, HostError> {
+    let profile = profile_of(on, shape)?;
+    let mut heap = on.heap(HeapConfig::default())?;
     let published = heap.warm_up(&profile)?;
     let nothing = |_: &mut Heap| Ok(());
     let case = "alloc_free warmed up";
-    let mut row = alloc_free_on(&mut heap, case, threads, block, size, rounds, nothing)?;
+    let mut row = alloc_free_on(&mut heap, case, shape, nothing)?;
     row.note = join_notes(
         &format!("warmed up: {published} slabs published before the first launch"),
         &row.note,
@@ -366,20 +363,13 @@ fn warmed_case(
     Ok(row)
 }
 
-/// [`Case::Warmed`]'s second row: `alloc_free` of `size` at `threads` on
-/// a fresh heap in RPC mode, [`Heap::spread`], then the same launch again
-/// (cold and warm, as an `alloc-free` row).
-fn spread_case(
-    prefer: Prefer,
-    schedule: Schedule,
-    threads: u32,
-    block: u32,
-    size: u32,
-    rounds: u32,
-) -> Result<Row, HostError> {
-    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+/// [`Case::Warmed`]'s second row: `alloc_free` of `shape` on a fresh heap
+/// in RPC mode, [`Heap::spread`], then the same launch again (cold and
+/// warm, as an `alloc-free` row).
+fn spread_case(on: On, shape: Shape) -> Result<Row, HostError> {
+    let mut heap = on.heap(HeapConfig::default())?;
     let case = "alloc_free spread";
-    let mut row = alloc_free_on(&mut heap, case, threads, block, size, rounds, Heap::spread)?;
+    let mut row = alloc_free_on(&mut heap, case, shape, Heap::spread)?;
     row.note = join_notes("Heap::spread between the launches", &row.note);
     Ok(row)
 }
@@ -451,14 +441,8 @@ fn join_notes(first: &str, rest: &str) -> String {
 /// One block of `size` bytes per thread, all live at once, then freed: peak
 /// mapped ÷ bytes requested (`threads × size`): the slabs' headers and
 /// bitfields, partly filled slabs, and slabs made by warps racing for room.
-fn footprint_case(
-    prefer: Prefer,
-    schedule: Schedule,
-    threads: u32,
-    block: u32,
-    size: u32,
-) -> Result<Row, HostError> {
-    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+fn footprint_case(on: On, threads: u32, block: u32, size: u32) -> Result<Row, HostError> {
+    let mut heap = on.heap(HeapConfig::default())?;
     let blocks = threads.div_ceil(block);
     let n = blocks * block;
     let ptrs = buffer::<u64>(&heap, n as usize)?;
@@ -510,17 +494,16 @@ fn footprint_case(
     })
 }
 
-/// [`Case::Rising`]: `alloc_free` of `size` on one heap at `fewest`
-/// threads, then at `most`.
-fn rising_case(
-    prefer: Prefer,
-    schedule: Schedule,
-    [fewest, most]: [u32; 2],
-    block: u32,
-    size: u32,
-    rounds: u32,
-) -> Result<Row, HostError> {
-    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+/// [`Case::Rising`]: `alloc_free` of `shape` on one heap at `fewest`
+/// threads, then at the shape's.
+fn rising_case(on: On, fewest: u32, shape: Shape) -> Result<Row, HostError> {
+    let Shape {
+        threads: most,
+        block,
+        size,
+        rounds,
+    } = shape;
+    let mut heap = on.heap(HeapConfig::default())?;
     let kernel = |stats| alloc_free::Args {
         stats,
         size,
@@ -560,14 +543,8 @@ fn rising_case(
     Ok(row)
 }
 
-fn mixed_case(
-    prefer: Prefer,
-    schedule: Schedule,
-    threads: u32,
-    block: u32,
-    rounds: u32,
-) -> Result<Row, HostError> {
-    let mut heap = open_heap(prefer, HeapConfig::default(), schedule)?;
+fn mixed_case(on: On, threads: u32, block: u32, rounds: u32) -> Result<Row, HostError> {
+    let mut heap = on.heap(HeapConfig::default())?;
     let blocks = threads.div_ceil(block);
     let nothing = |_: &mut Heap| Ok(());
     let (times, pairs, nulls, per) =
@@ -608,26 +585,20 @@ fn mixed_case(
 
 /// Fills with `per_thread` mixed-size blocks per thread (or until null under
 /// `limit`), then frees them; peak mapped ÷ bytes requested at the peak.
-#[allow(clippy::too_many_arguments)]
 fn fill_case(
     case: &str,
-    prefer: Prefer,
-    schedule: Schedule,
+    on: On,
     threads: u32,
     block: u32,
     per_thread: u32,
     limit: Option<u64>,
     spill: bool,
 ) -> Result<Row, HostError> {
-    let mut heap: Heap = open_heap(
-        prefer,
-        HeapConfig {
-            limit,
-            spill,
-            ..HeapConfig::default()
-        },
-        schedule,
-    )?;
+    let mut heap: Heap = on.heap(HeapConfig {
+        limit,
+        spill,
+        ..HeapConfig::default()
+    })?;
     let blocks = threads.div_ceil(block);
     let n = (blocks * block) as usize;
     let stats = buffer::<u64>(&heap, STATS_WORDS)?;
@@ -734,7 +705,8 @@ pub fn bench(
     mut on_row: impl FnMut(&str, &Row),
 ) -> Result<BenchReport, HostError> {
     let mut rows = Vec::new();
-    let probe = open_heap(prefer, HeapConfig::default(), schedule)?;
+    let on = On { prefer, schedule };
+    let probe = on.heap(HeapConfig::default())?;
     let target = target_name(&probe);
     let resident = launcher(&probe).info().resident_warps() as u32 * 32;
     drop(probe);
@@ -750,6 +722,12 @@ pub fn bench(
         ..a.clone()
     };
     let wanted = |c: Case| a.cases.is_empty() || a.cases.contains(&c);
+    let shape = |threads, size| Shape {
+        threads,
+        block: a.block,
+        size,
+        rounds: a.rounds,
+    };
     let mut push = |row: Result<Row, HostError>, case: &str, threads: u32, min: u64, max: u64| {
         let row = row.unwrap_or_else(|e| Row::failed(case, threads, min, max, &e));
         on_row(&target, &row);
@@ -758,15 +736,7 @@ pub fn bench(
     if wanted(Case::AllocFree) {
         for &threads in &a.threads {
             for &size in &a.sizes {
-                let row = alloc_free_case(
-                    prefer,
-                    schedule,
-                    HeapConfig::default(),
-                    threads,
-                    a.block,
-                    size,
-                    a.rounds,
-                );
+                let row = alloc_free_case(on, HeapConfig::default(), shape(threads, size));
                 push(row, "alloc_free", threads, size.into(), size.into());
             }
         }
@@ -774,7 +744,7 @@ pub fn bench(
     let most = a.threads.iter().copied().max().unwrap_or(1024);
     if wanted(Case::Pool) {
         for &size in &a.sizes {
-            let row = pool_case(prefer, schedule, most, a.block, size, a.rounds);
+            let row = pool_case(on, shape(most, size));
             push(row, "alloc_free pool", most, size.into(), size.into());
         }
     }
@@ -789,12 +759,12 @@ pub fn bench(
             .min()
             .unwrap_or(most);
         let largest = a.sizes.iter().copied().max().unwrap_or(8192);
-        let row = rising_case(prefer, schedule, [fewest, most], a.block, largest, a.rounds);
+        let row = rising_case(on, fewest, shape(most, largest));
         push(row, "rising", most, largest.into(), largest.into());
     }
     if wanted(Case::Warmed) {
         let largest = a.sizes.iter().copied().max().unwrap_or(8192);
-        let row = warmed_case(prefer, schedule, most, a.block, largest, a.rounds);
+        let row = warmed_case(on, shape(most, largest));
         push(
             row,
             "alloc_free warmed up",
@@ -802,7 +772,7 @@ pub fn bench(
             largest.into(),
             largest.into(),
         );
-        let row = spread_case(prefer, schedule, most, a.block, largest, a.rounds);
+        let row = spread_case(on, shape(most, largest));
         push(
             row,
             "alloc_free spread",
@@ -812,33 +782,23 @@ pub fn bench(
         );
     }
     if wanted(Case::Mixed) {
-        let row = mixed_case(prefer, schedule, most, a.block, a.rounds);
+        let row = mixed_case(on, most, a.block, a.rounds);
         push(row, "mixed 16 B-8 KiB", most, 16, 8192);
     }
     if wanted(Case::Fragmentation) {
-        let row = fill_case(
-            "fragmentation",
-            prefer,
-            schedule,
-            most,
-            a.block,
-            8,
-            None,
-            false,
-        );
+        let row = fill_case("fragmentation", on, most, a.block, 8, None, false);
         push(row, "fragmentation", most, 16, 8192);
     }
     if wanted(Case::Footprint) {
         for size in [16, 64, 256] {
-            let row = footprint_case(prefer, schedule, most, a.block, size);
+            let row = footprint_case(on, most, a.block, size);
             push(row, "footprint", most, size.into(), size.into());
         }
     }
     if wanted(Case::OutOfMemory) {
         let row = fill_case(
             "out of memory",
-            prefer,
-            schedule,
+            on,
             most,
             a.block,
             64,
@@ -853,16 +813,7 @@ pub fn bench(
         // million threads on a GPU some GiB — within a GPU machine's host
         // memory.
         for (case, spill) in [("spill off", false), ("spill", true)] {
-            let row = fill_case(
-                case,
-                prefer,
-                schedule,
-                most,
-                a.block,
-                4,
-                Some(8 << 20),
-                spill,
-            );
+            let row = fill_case(case, on, most, a.block, 4, Some(8 << 20), spill);
             push(row, case, most, 16, 8192);
         }
     }
