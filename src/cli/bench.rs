@@ -161,6 +161,22 @@ struct Shape {
     rounds: u32,
 }
 
+impl Shape {
+    /// Blocks of `block` threads for `threads` (rounded up).
+    fn blocks(self) -> u32 {
+        self.threads.div_ceil(self.block)
+    }
+
+    /// The loop's kernel arguments, with the stats buffer at `stats`.
+    fn kernel(self, stats: *mut u64) -> alloc_free::Args {
+        alloc_free::Args {
+            stats,
+            size: self.size,
+            rounds: self.rounds,
+        }
+    }
+}
+
 /// The whole run.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
@@ -272,50 +288,39 @@ fn alloc_free_on(
     shape: Shape,
     between: impl FnOnce(&mut Heap) -> Result<(), HostError>,
 ) -> Result<Row, HostError> {
-    let Shape {
-        threads,
-        block,
-        size,
-        rounds,
-    } = shape;
-    let blocks = threads.div_ceil(block);
+    let (blocks, block) = (shape.blocks(), shape.block);
     let (times, pairs, nulls, per) =
         cold_warm(heap, blocks, block, "alloc_free", between, |stats| {
-            alloc_free::Args {
-                stats,
-                size,
-                rounds,
-            }
+            shape.kernel(stats)
         })?;
     let rates = [
         pairs_per_second(pairs, times[0]),
         pairs_per_second(pairs, times[1]),
     ];
     let threads = u64::from(blocks * block);
-    alloc_free_row(heap, case, threads, size, rounds, rates, nulls, per)
+    alloc_free_row(
+        heap,
+        case,
+        threads,
+        shape.size,
+        shape.rounds,
+        rates,
+        nulls,
+        per,
+    )
 }
 
 /// The profile of one `alloc_free` launch of `shape` on a fresh heap in
 /// RPC mode: what a pool for it needs (README, "Sizing a pool from a
 /// run").
 fn profile_of(on: On, shape: Shape) -> Result<HeapProfile, HostError> {
-    let Shape {
-        threads,
-        block,
-        size,
-        rounds,
-    } = shape;
     let mut heap = on.heap(HeapConfig::default())?;
     one_launch(
         &mut heap,
-        threads.div_ceil(block),
-        block,
+        shape.blocks(),
+        shape.block,
         "alloc_free",
-        |stats| alloc_free::Args {
-            stats,
-            size,
-            rounds,
-        },
+        |stats| shape.kernel(stats),
     )?;
     heap.profile()
 }
@@ -504,11 +509,7 @@ fn rising_case(on: On, fewest: u32, shape: Shape) -> Result<Row, HostError> {
         rounds,
     } = shape;
     let mut heap = on.heap(HeapConfig::default())?;
-    let kernel = |stats| alloc_free::Args {
-        stats,
-        size,
-        rounds,
-    };
+    let kernel = |stats| shape.kernel(stats);
     // A launch at `threads`: its threads, what it measured, and the slabs
     // it took from the host.
     let mut taken = heap.stats()?.traffic.slabs_from_provider;
