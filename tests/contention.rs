@@ -328,6 +328,15 @@ const COLD: Bounds = Bounds {
 /// 3.03 to 3.08; the path 7 in every run that printed it (twelve). The
 /// 8 KiB bound 0.15 → 0.125: the 0.1 held in 21 runs of 22, too
 /// few to gate CI on it.
+///
+/// The path at 8 KiB (2026-12-06, 09:35-10:20 UTC, the build machine):
+/// 7 round trips per pair in every launch after the first of fourteen
+/// release runs of the growth test (warm) and of fifteen debug runs of the
+/// whole file, as CI builds it (warm, warmed up, after a spread, and the
+/// rising demand's second launch) — as in every run since `at_home` (some
+/// forty on 2026-12-06): bound 7.5 → 7, the target (`RISING`'s
+/// too). Extra walk rounds per group-malloc at 8 KiB warm in those runs:
+/// 0.054 to 0.086 in release, 0.044 to 0.087 in debug.
 const WARM: Bounds = Bounds {
     growth: 0.8,
     guard_rmws: 3.5,
@@ -345,7 +354,7 @@ const WARM: Bounds = Bounds {
     fences_per_pair: 4.0,
     path_round_trips: 8.0,
     path_round_trips_small: 7.0,
-    path_round_trips_8k: 7.5,
+    path_round_trips_8k: 7.0,
     creation_waits: 10.0,
     creation_waits_8k: 10.0,
     mean_round_trips: 16.0,
@@ -385,7 +394,9 @@ const HALF: Bounds = Bounds {
 /// extra walk rounds 0.162 to 0.205 (bound 0.6 → 0.4), the path 7 in
 /// each (7.25 in two runs of twenty-one before; bound 8 → 7.5), guard
 /// RMWs per group-pair 3.60 to 3.70; at 1 KiB, 0.151 to 0.295 extra walk
-/// rounds.
+/// rounds. The path 7 at 8 KiB in the second launch of fifteen debug
+/// runs on 2026-12-06 (09:50-10:20 UTC; extra walk rounds 0.159 to
+/// 0.210): bound 7.5 → 7 (`WARM`).
 const RISING: Bounds = Bounds {
     growth: 0.8,
     guard_rmws: 4.5,
@@ -403,7 +414,7 @@ const RISING: Bounds = Bounds {
     fences_per_pair: 4.0,
     path_round_trips: 9.0,
     path_round_trips_small: 7.0,
-    path_round_trips_8k: 7.5,
+    path_round_trips_8k: 7.0,
     creation_waits: 300.0,
     creation_waits_8k: 300.0,
     mean_round_trips: 30.0,
