@@ -1224,7 +1224,7 @@ fn classes_keep_their_emptied_slabs_while_the_host_has_memory() {
     // the host); headroom's doing (2026-12-05), not a roomy hint's, which
     // a 16 KiB slab never is (`ROOMY_BLOCKS` is 128). At 8 KiB (2 slabs of
     // 255 blocks) a displaced group finds the other slab with room twice
-    // over: none.
+    // (near its hint, three times) over: none.
     let mut before = second;
     for (size, slabs) in [(16 << 10, 3), (8 << 10, 2)] {
         let now = round(&mut heap, size);
@@ -1566,4 +1566,89 @@ fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has(
         assert_clean(&Stats::default(), errors(&heap), context);
         assert_empty(&mut heap, context);
     }
+}
+
+/// A group away from its stream's slab wants room for itself three times
+/// over in the slots just after its hint (`headroom` in `heap/search.rs`):
+/// a slab there with room for it twice over is mostly runs that the warps
+/// homed there freed and come back for. Stream 1's slab A is full; the
+/// next slot's slab B has room for 95 blocks (the group's twice over, not
+/// three times); the group passes B and is served whole in a new slab C.
+/// With room twice over near the hint too (the code before), it took B. (Stream 0's hint is
+/// the class's, which a creation moves to its slab: not a stream to probe
+/// with.)
+#[test]
+fn a_group_away_from_its_slab_wants_room_three_times_over_near_its_hint() {
+    const SIZE: u32 = 8 << 10;
+    let usable = geometry(class_index(SIZE)).usable;
+    assert_eq!(usable, 255, "7 groups of 32 and 31 blocks a slab");
+    let slab_of = |p: &u64| p & !(SLAB_SIZE - 1);
+    // Launches of one block, converged: warp `w` is stream `w`, and only
+    // warp `warp` mallocs (size 0 elsewhere: null, no search).
+    let malloc = |heap: &mut Heap, warp: usize| -> Vec<u64> {
+        let sizes: Vec<u32> = (0..(warp + 1) * 32)
+            .map(|t| if t / 32 == warp { SIZE } else { 0 })
+            .collect();
+        let cfg = LaunchConfig::linear(1, sizes.len() as u32)
+            .seed(0x4e5a)
+            .workers(1)
+            .convergence(Convergence::Converged);
+        let (got, _) = malloc_sizes_with(heap, &cfg, &sizes);
+        let got = got[warp * 32..].to_vec();
+        assert!(got.iter().all(|p| *p != 0), "warp {warp}: {got:?}");
+        let slab = slab_of(&got[0]);
+        assert!(got.iter().all(|p| slab_of(p) == slab), "warp {warp} split");
+        got
+    };
+    let mut heap = heap(1 << 30, 64);
+    let mut held: Vec<u64> = Vec::new();
+    // Streams 1 to 7, each with no slab of its own (no headroom): slab A,
+    // 224 blocks.
+    for warp in 1..8 {
+        held.extend(malloc(&mut heap, warp));
+    }
+    let a = slab_of(&held[0]);
+    assert!(held.iter().all(|p| slab_of(p) == a));
+    // Stream 1 frees its group: its hint names A (room for 63 then).
+    let mut stream_1 = vec![0; 32];
+    stream_1.extend(held.drain(..32));
+    free_counts(
+        &mut heap,
+        &LaunchConfig::linear(1, 64).seed(0x4e5b).workers(1),
+        &stream_1,
+    );
+    // Stream 8 fills A to 224 again: room for 31.
+    let got = malloc(&mut heap, 8);
+    assert!(got.iter().all(|p| slab_of(p) == a));
+    held.extend(got);
+    // Streams 9 to 13 pass A and fill a new slab B to 160 blocks: room
+    // for the group twice over, not three times.
+    let mut b = 0;
+    for warp in 9..14 {
+        let got = malloc(&mut heap, warp);
+        b = slab_of(&got[0]);
+        assert_ne!(b, a);
+        held.extend(got);
+    }
+    assert_eq!(held.iter().filter(|p| slab_of(p) == b).count(), 160);
+    // Stream 1 comes back: A is full (a look passes it), B is the next
+    // slot's, and the group is served whole in a slab of its own.
+    let back = malloc(&mut heap, 1);
+    let c = slab_of(&back[0]);
+    assert!(
+        c != a && c != b,
+        "the group took {}: {:?}",
+        if c == b { "B" } else { "A" },
+        heap.stats().expect("stats")
+    );
+    held.extend(back);
+    free_counts(
+        &mut heap,
+        &LaunchConfig::linear(1, held.len() as u32)
+            .seed(0x4e5c)
+            .workers(1),
+        &held,
+    );
+    assert_clean(&Stats::default(), errors(&heap), "near the hint");
+    assert_empty(&mut heap, "near the hint");
 }

@@ -929,6 +929,17 @@ fn a_spilling_heap_finishes_under_a_device_limit_with_exact_accounting() {
 /// excerpt of this test, line for line (`tests/readme.rs` checks it).
 /// 2 048 blocks of 8 KiB (9 slabs of 255) under an 8 MiB limit (4 slabs):
 /// spilling, no null; the phase's snapshot says what went where.
+///
+/// 9 slabs (5 spilled) or 10 (6): groups of a diverged warp's lanes that
+/// count on a slab being created fill it to 7 warps' worth (224 blocks)
+/// and leave 31; whether later groups split over those leftovers or a
+/// tenth slab is created depends on when the host's answers come (the RPC
+/// server is a thread of its own). On 2026-12-06 (the build machine,
+/// debug, as CI builds it) the whole file, with the other tests running
+/// beside it, took 10 slabs in 1 run of 12 (and in 1 of 10 with room
+/// three times over near the hint, `heap/search.rs`), and this test alone
+/// 9 in every run (22): the exact 5 granules asserted before failed
+/// there. The snapshot's spill is the peak's, exactly.
 #[test]
 fn the_readme_memory_pressure_code_runs() -> Result<(), HostError> {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
@@ -947,12 +958,16 @@ fn the_readme_memory_pressure_code_runs() -> Result<(), HostError> {
         println!("{snapshot}");
     }
     assert_eq!(nulls, 0);
-    assert_eq!(stats.spill.peak_bytes, 5 * GRANULE);
+    let spilled = stats.spill.peak_bytes;
+    assert!(
+        [5 * GRANULE, 6 * GRANULE].contains(&spilled),
+        "{spilled} B spilled: {stats}"
+    );
     let shots = heap.snapshots()?;
     assert_eq!(shots.len(), 1, "{shots:?}");
     assert_eq!(
         (shots[0].phase.as_str(), shots[0].spilled_bytes),
-        ("solve", 5 * GRANULE)
+        ("solve", spilled)
     );
     assert_empty(&mut heap, "readme");
     Ok(())

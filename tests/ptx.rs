@@ -344,11 +344,25 @@ fn allocator_paths_stay_within_their_register_budgets() {
     // 24 / 26 / 26 / 26 → 25 / 26 / 26 / 28 (the free stores its stream's
     // hint), within `FREE_UP_TO` and fitting 24. BENCHMARKS.md, "A hint
     // per freed block".
+    // On 2026-12-06, room three times over near the hint (heap/search.rs,
+    // `headroom`: extra walk rounds per group-malloc at 8 KiB 0.054-0.086
+    // → 0.025-0.059 in the contention test's warm launch): the sm_90
+    // columns' `malloc_free_once` 46 → 47, within its target and within
+    // the warp's register allocation that 46 took (256 registers a unit:
+    // 41 to 48 a thread take 1 536 a warp, so no block of 256 threads is
+    // lost on an SM), and `alloc_free` 58 → 57; sm_75 and sm_80 unchanged.
+    // The same counts as four times over (tried that morning), whose forms
+    // measured (ptxas, 07:25-08:09 UTC; sm_90 `malloc_only` /
+    // `malloc_free_once`): the kept one, 42 / 47; the headroom computed as
+    // a shift, 46 / 46 (and sm_75 44 / 47, sm_80 46 / 48); the group
+    // counted twice near the hint, 48 / 49; caps in `guard::wanted`, 45 to
+    // 48 / 50 to 52; any group, 45 / 47; groups of half a warp or more,
+    // 42 / 47. BENCHMARKS.md, "Room three times over near the hint".
     const BUDGETS: &[(&str, [u32; 4])] = &[
         ("malloc_only", [43, 42, 44, 42]),
         ("free_only", [25, 26, 26, 28]),
-        ("malloc_free_once", [46, 46, 46, 46]),
-        ("alloc_free", [54, 58, 56, 58]),
+        ("malloc_free_once", [46, 47, 46, 47]),
+        ("alloc_free", [54, 57, 56, 57]),
     ];
     let mut failures = String::new();
     for (&(kernel, budgets), &(target_kernel, targets)) in BUDGETS.iter().zip(TARGETS) {

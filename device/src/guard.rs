@@ -156,6 +156,25 @@ pub const fn admission(n: u32, usable: u32) -> u32 {
     if n <= usable / 2 { n } else { 1 }
 }
 
+/// The room a search for `n` lanes wants in a live slab of its class of
+/// `usable` blocks before it locks it ([`Seen::worth_a_lock`]):
+/// [`admission`]'s room times `1 + headroom` (0: none, 1: twice over, 2:
+/// three times over; search.rs, `headroom`, which asks three times over
+/// only in classes of 255 blocks a slab or more, where that is about half
+/// a slab or less), but admission's alone in a class of one block a slab —
+/// twice the room is more than such a slab holds, and an empty slab of the
+/// class is worth a lock whatever a search wants.
+#[inline(always)]
+pub const fn wanted(n: u32, usable: u32, headroom: u32) -> u32 {
+    admission(n, usable) * if usable > 1 { 1 + headroom } else { 1 }
+}
+
+// 8 KiB (255 blocks), a group of 32: 32, 64, 96.
+const _: () = assert!(wanted(32, 255, 0) == 32 && wanted(32, 255, 1) == 64);
+const _: () = assert!(wanted(32, 255, 2) == 96);
+// A class of one block a slab: one.
+const _: () = assert!(wanted(1, 1, 1) == 1 && wanted(32, 1, 2) == 1);
+
 /// What a [`Lock::Creating`]'s `waiting` says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Creation {
@@ -384,15 +403,16 @@ impl Seen {
     /// need) and cost an atomic. Another class's slab is passed without a
     /// lock: the counter names the class.
     ///
-    /// The room wanted: what [`admission`] wants — twice over with
-    /// `headroom` (a search that may claim, away from its stream's own
-    /// slab, or at it when it looks again after a lock found no room,
-    /// leaves a slab's last room to the warps whose hints name it: room
-    /// that shows for one group is mostly what those warps freed a moment
-    /// ago and come back for, and a group that takes it sends one of them
-    /// walking to the class's frontier, to claim a slab the launch did not
-    /// need) — or one block with `any_room` (a search's last try before
-    /// null takes all the room there is). An empty slab has room whatever
+    /// The room wanted: what [`wanted`] says for `headroom` — what
+    /// [`admission`] wants, twice or three times over with headroom (a
+    /// search that may claim, away from its stream's own slab, or at it
+    /// when it looks again after a lock found no room, leaves a slab's
+    /// last room to the warps whose hints name it: room that shows for one
+    /// group is mostly what those warps freed a moment ago and come back
+    /// for, and a group that takes it sends one of them walking to the
+    /// class's frontier, to claim a slab the launch did not need) — or one
+    /// block with `any_room` (a search's last try before null takes all
+    /// the room there is). An empty slab has room whatever
     /// the search wants: in a class of one block a slab, twice the
     /// admission is more than a slab, its own emptied slabs were passed
     /// and a claim was sent back to them for ever
@@ -404,7 +424,7 @@ impl Seen {
         usable: u32,
         n: u32,
         may_claim: bool,
-        headroom: bool,
+        headroom: u32,
         any_room: bool,
     ) -> bool {
         let raw = self.refs;
@@ -413,7 +433,7 @@ impl Seen {
             let want = if any_room {
                 1
             } else {
-                admission(n, usable) << u32::from(headroom & (usable > 1))
+                wanted(n, usable, headroom)
             };
             return self.class() == Some(class)
                 && count + want <= usable
@@ -764,20 +784,23 @@ mod tests {
         // 8 KiB: 255 blocks; a group of 32.
         let (usable, n) = (255, 32);
         // Room for the group: worth it to a search that wants that.
-        assert!(slab_at(usable - 40).worth_a_lock(3, usable, n, false, false, false));
-        assert!(slab_at(usable - 40).worth_a_lock(3, usable, n, true, false, false));
-        assert!(!slab_at(usable - 32 + 1).worth_a_lock(3, usable, n, true, false, false));
+        assert!(slab_at(usable - 40).worth_a_lock(3, usable, n, false, 0, false));
+        assert!(slab_at(usable - 40).worth_a_lock(3, usable, n, true, 0, false));
+        assert!(!slab_at(usable - 32 + 1).worth_a_lock(3, usable, n, true, 0, false));
         // Room for it, not twice over: passed with headroom.
-        assert!(!slab_at(usable - 40).worth_a_lock(3, usable, n, true, true, false));
-        assert!(slab_at(usable - 64).worth_a_lock(3, usable, n, true, true, false));
+        assert!(!slab_at(usable - 40).worth_a_lock(3, usable, n, true, 1, false));
+        assert!(slab_at(usable - 64).worth_a_lock(3, usable, n, true, 1, false));
+        // Three times over (near the hint).
+        assert!(!slab_at(usable - 95).worth_a_lock(3, usable, n, true, 2, false));
+        assert!(slab_at(usable - 96).worth_a_lock(3, usable, n, true, 2, false));
         // The last try takes any room; none is none.
-        assert!(slab_at(usable - 1).worth_a_lock(3, usable, n, true, false, true));
-        assert!(!slab_at(usable).worth_a_lock(3, usable, n, true, false, true));
+        assert!(slab_at(usable - 1).worth_a_lock(3, usable, n, true, 0, true));
+        assert!(!slab_at(usable).worth_a_lock(3, usable, n, true, 0, true));
         // Another class's slab is never worth a lock; an empty one of the
         // class only to a search that may claim, however little it wants.
-        assert!(!slab_at(0).worth_a_lock(5, usable, n, true, false, true));
-        assert!(!slab_at(0).worth_a_lock(3, usable, n, false, false, true));
-        assert!(slab_at(0).worth_a_lock(3, usable, n, true, false, true));
+        assert!(!slab_at(0).worth_a_lock(5, usable, n, true, 0, true));
+        assert!(!slab_at(0).worth_a_lock(3, usable, n, false, 0, true));
+        assert!(slab_at(0).worth_a_lock(3, usable, n, true, 0, true));
     }
 
     #[test]
@@ -787,9 +810,14 @@ mod tests {
         for usable in [1, 2, 3, 31, 255] {
             for n in [1, 2, 16, 32] {
                 assert!(
-                    slab_at(0).worth_a_lock(3, usable, n, true, true, false),
+                    slab_at(0).worth_a_lock(3, usable, n, true, 1, false),
                     "usable {usable}, n {n}"
                 );
+            }
+            // Three times over is asked only in classes of 255 blocks a
+            // slab and more (search.rs, `NEAR_USABLE`).
+            if usable >= 255 {
+                assert!(slab_at(0).worth_a_lock(3, usable, 32, true, 2, false));
             }
         }
     }

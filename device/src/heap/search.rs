@@ -84,8 +84,14 @@
 //! extra walk rounds per group-malloc 0.069 to 0.103 (0.16 without, that
 //! evening), scans that met a creation 1 to 6 per 1 000 (7), guard RMWs per
 //! group-pair 3.04 to 3.10 (3.17); the cold launch grew 93 to 99 slabs for
-//! a demand of 65 (92). A search that may not claim (the heap is
-//! exhausted) takes any room its group fits in, and a search's last try
+//! a demand of 65 (92). In the 32 slots after the hint a group of a whole
+//! warp wants room three times over (`headroom`; in classes of 8 KiB
+//! blocks and smaller): room for one group or two is mostly the runs those
+//! warps come back for, and a group that takes one sends its warp to a
+//! second round of its walk (2026-12-06: 0.025 to 0.059 extra walk rounds
+//! per group-malloc at 8 KiB warm, 0.054 to 0.086 with room twice over
+//! there; 99 to 102 slabs cold, 94 to 97). A search that may not claim (the
+//! heap is exhausted) takes any room its group fits in, and a search's last try
 //! before null takes any room at all (`LAST_RESORT`): in a full slot table
 //! the room passed is all there is; a refused claim's stream searches
 //! next the window that ends at the refused slot, where its scan passed
@@ -468,7 +474,7 @@ fn locks_blind(usable: u32, n: u32, hinted: u32) -> bool {
 /// of another slab's free word, whose group then met it (a second round of
 /// its walk), and the split group's free pointed its hint at the crowded
 /// slab again. Passed whole, the group finds a slab with room for it
-/// twice over (headroom) and its hint moves there. The crowded slab's 31
+/// twice or three times over (`headroom`) and its hint moves there. The crowded slab's 31
 /// blocks stay for groups away from home and for an exhausted heap (slabs
 /// of 224 blocks, tried first, gave 0.032 extra walk rounds in one run,
 /// but cost every such slab its last 31 blocks).
@@ -502,6 +508,94 @@ fn at_home(offset: u32, hinted: u32) -> bool {
 #[inline(always)]
 fn may_grow(limit: u32, claim: u32) -> bool {
     limit >= MARK_DUE || claim != 0
+}
+
+/// Slots after the hint (offsets 1 to this) where a search away from its
+/// stream's own slab wants room for its group three times over
+/// (`headroom`); twice over beyond them.
+const NEAR_SLOTS: u32 = 32;
+
+/// Classes of more blocks a slab than this (8 KiB and smaller blocks: 255
+/// at 8 KiB) want room three times over near the hint (`headroom`): three
+/// warps' groups of 32 are about a third of such a slab or less. In a
+/// class of fewer (170 blocks at 12 KiB, 146 at 14 KiB, 127 at 16 KiB) a
+/// search wanting that much would pass most slabs near its hint and claim
+/// a new one: twice over there.
+const NEAR_USABLE: u32 = 254;
+const _: () = assert!(3 * simt::WARP_SIZE <= NEAR_USABLE / 2 + 1);
+
+/// A group of a whole warp's lanes wants room three times over near the
+/// hint (`headroom`): the runs a warp's group frees and comes back for are
+/// a word's worth. Smaller groups — the lanes of a diverged warp, or the
+/// lanes a slab had no room for, which scan again with a hint of their
+/// own — wanting four times over passed slabs they fit in and claimed
+/// more: 10 slabs where 9 served 2 048 blocks of 8 KiB held at once (the
+/// README's memory pressure example, `tests/heap.rs`, with every group
+/// and, in a fresh clone's CI run, with groups of half a warp or more;
+/// 2026-12-06).
+const NEAR_LANES: u32 = simt::WARP_SIZE;
+
+/// The headroom a scan at slot `offset` from the hint word `hinted` wants
+/// (`Seen::worth_a_lock`, `guard::wanted`: 0 none, 1 twice over, 2 three
+/// times over): none while it may not claim (the heap is exhausted) or its
+/// stream has no slab of its own (`NEWCOMER`); three times over in the
+/// `NEAR_SLOTS` after the hint; twice over at the hint's slot (a look
+/// there: a look again after a lock found no room, or a hint that is not
+/// roomy) and beyond.
+///
+/// # Three times over near the hint
+/// A group away from its stream's slab took the first slab with room for
+/// it twice over. That room was mostly runs of blocks that the warps
+/// homed there (their hints name the slab) had freed and were coming
+/// back for — often a whole free word, which the look in a slab of few
+/// words (`Slab::allocate`) picks first. The warp whose run was taken met
+/// it at its next walk: a second round, its group's lanes spread over the
+/// slab's other free bits, and often a move of its own to another slab,
+/// where it took another warp's run. Room for the group twice over is
+/// often one group's room and a run in the gap between its warp's free
+/// and its next malloc; three times over leaves a group's room that is no
+/// one's run. In classes where that is a third of a slab or less
+/// (`NEAR_USABLE`).
+///
+/// In the contention test's warm launches at 8 KiB (2026-12-06, the build
+/// machine; 09:58-10:12 UTC, sixteen release runs of the growth test and
+/// five debug runs of the whole file): extra walk rounds per group-malloc
+/// 0.025 to 0.059, against 0.054 to 0.086 in fourteen release runs of the
+/// code before (09:35-09:50 UTC); scans that met a creation 0 to 6 per
+/// 1 000 group-mallocs (2 to 8); guard RMWs per group-pair 3.01 to 3.04
+/// (3.03 to 3.07); round trips per pair (the mean over the warps) 8.1 to
+/// 8.5 (8.4 to 8.8). The price: the cold launch at 8 KiB took 99 to 102
+/// slabs from the host for a demand of 65 (94 to 97), the warm one 2 to 5
+/// (3 to 5).
+///
+/// Four times over (the first form, tried and reverted that morning,
+/// BENCHMARKS.md "Room four times over near the hint") took 0.022 to 0.038
+/// extra walk rounds but 105 or 106 slabs cold, 4 to 6 warm, and scans
+/// that met a creation up to 11 per 1 000 (a fresh clone's CI run failed
+/// the bound of 10): a group near the class's newest slab passed slabs
+/// with room for it two or three times over, met the empty slot after
+/// them and claimed. The window (the same form, three runs each): the 8
+/// slots after the hint, 0.042 to 0.065; 16, 0.040 to 0.050; 32, 0.026 to
+/// 0.042 (nine runs); 64, 0.029 to 0.058; the whole table, 0.037 to 0.050
+/// and a failed run. Sending a group that meets the empty slot back to
+/// the nearest slab before it with room twice over (one load a lane) did
+/// not lower the creations (2 to 11 per 1 000, eight runs): at the warm
+/// launch's start, the 32 slabs before the newest had no such room — their
+/// counts stood above the slab's blocks, groups' locks in flight.
+///
+/// ptxas: the sm_90 columns' `malloc_free_once` 46 → 47 and `alloc_free`
+/// 58 → 57 registers (`tests/ptx.rs`), the headroom as the sum of two
+/// flags; computed as a shift, or for groups of any size, `malloc_only`
+/// took 3 or 4 more (with four times over).
+#[inline(always)]
+fn headroom(may_claim: bool, hinted: u32, offset: u32, usable: u32, n: u32) -> u32 {
+    let base = may_claim & (hinted < NEWCOMER);
+    u32::from(base)
+        + u32::from(
+            base & (offset.wrapping_sub(1) < NEAR_SLOTS)
+                & (usable > NEAR_USABLE)
+                & (n >= NEAR_LANES),
+        )
 }
 
 /// The slot a class's first scan starts from (its hint until it has one): a
@@ -739,7 +833,7 @@ impl DeviceHeap {
                 // room at its hint.
                 if limit >= MARK_DUE
                     && (limit == MARK_DUE
-                        || !seen.worth_a_lock(class as u32, geo.usable, n, false, false, false))
+                        || !seen.worth_a_lock(class as u32, geo.usable, n, false, 0, false))
                 {
                     let bounds = self.search_bounds(class, n, slot_count);
                     (limit, claim) = ((bounds >> 32) as u32, bounds as u32);
@@ -747,7 +841,7 @@ impl DeviceHeap {
                     // group: taken, as a last try takes room (`at_home`).
                     if at_home(offset, hinted)
                         && !may_grow(limit, claim)
-                        && seen.worth_a_lock(class as u32, geo.usable, n, false, false, true)
+                        && seen.worth_a_lock(class as u32, geo.usable, n, false, 0, true)
                     {
                         hinted = LAST_RESORT;
                     }
@@ -773,7 +867,7 @@ impl DeviceHeap {
                     geo.usable,
                     n,
                     may_claim,
-                    may_claim & (hinted < NEWCOMER),
+                    headroom(may_claim, hinted, offset, geo.usable, n),
                     hinted >= LAST_RESORT,
                 )
             };
@@ -1092,7 +1186,8 @@ impl DeviceHeap {
                 // after their hint only. The stream's next one looks at
                 // the window that ends at the refused slot, where its scan
                 // just passed slabs of the class — with room for the group,
-                // but not twice over (headroom), say; its last try, at the
+                // but not twice or three times over (`headroom`), say; its
+                // last try, at the
                 // class's start slot (`search_from_first`). The class's
                 // hint goes there: its slabs begin at its start slot (its
                 // first claim's), and the newest, which the hints name,
@@ -1358,6 +1453,32 @@ mod tests {
         assert!(locks_blind(usable, 7, own(5)));
         assert!(locks_blind(BLIND_LOCK_USABLE, n, own(5)));
         assert!(!locks_blind(usable, 8, own(5)));
+    }
+
+    #[test]
+    fn a_search_away_from_home_wants_three_times_the_room_near_its_hint() {
+        // 8 KiB (255 blocks): none, twice, three times over.
+        let usable = 255;
+        // Away from home in the 32 slots after the hint: three times over.
+        assert_eq!(headroom(true, own(5), 1, usable, 32), 2);
+        assert_eq!(headroom(true, own(5), NEAR_SLOTS, usable, 32), 2);
+        // At the hint's slot and beyond the near slots: twice over.
+        assert_eq!(headroom(true, own(5), 0, usable, 32), 1);
+        assert_eq!(headroom(true, own(5), NEAR_SLOTS + 1, usable, 32), 1);
+        // Classes of fewer blocks a slab (12 KiB: 170, 16 KiB: 127), and a
+        // group of fewer than a warp's lanes: twice over near it too.
+        assert_eq!(headroom(true, own(5), 1, 170, 32), 1);
+        assert_eq!(headroom(true, own(5), 1, 127, 32), 1);
+        assert_eq!(headroom(true, own(5), 1, usable, 31), 1);
+        // No headroom for a stream with no slab of its own, after a
+        // crowded creation, on a last try, or once the heap is exhausted.
+        assert_eq!(headroom(true, NEWCOMER | 7, 1, usable, 32), 0);
+        assert_eq!(headroom(true, CROWDED, 1, usable, 32), 0);
+        assert_eq!(headroom(true, LAST_RESORT | 7, 1, usable, 32), 0);
+        assert_eq!(headroom(false, own(5), 1, usable, 32), 0);
+        // What each asks of a slab for a group of 32: 32, 64, 96 blocks.
+        let wants = |h| crate::guard::wanted(32, usable, h);
+        assert_eq!((wants(0), wants(1), wants(2)), (32, 64, 96));
     }
 
     #[test]
