@@ -1571,12 +1571,12 @@ fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has(
 /// A group away from its stream's slab wants room for itself three times
 /// over in the slots just after its hint (`headroom` in `heap/search.rs`):
 /// a slab there with room for it twice over is mostly runs that the warps
-/// homed there freed and come back for. Stream 1's slab A is full; the
-/// next slot's slab B has room for 95 blocks (the group's twice over, not
-/// three times); the group passes B and is served whole in a new slab C.
-/// With room twice over near the hint too (the code before), it took B. (Stream 0's hint is
-/// the class's, which a creation moves to its slab: not a stream to probe
-/// with.)
+/// homed there freed and come back for. Stream 1's slab A has room for 31
+/// blocks, not the group's 32; the next slot's slab B has room for 95 (the
+/// group's twice over, not three times); the group passes B and is served
+/// whole in a new slab C. With room twice over near the hint too (the code
+/// before), it took B. (Stream 0's hint is the class's, which a creation
+/// moves to its slab: not a stream to probe with.)
 #[test]
 fn a_group_away_from_its_slab_wants_room_three_times_over_near_its_hint() {
     const SIZE: u32 = 8 << 10;
@@ -1631,8 +1631,8 @@ fn a_group_away_from_its_slab_wants_room_three_times_over_near_its_hint() {
         held.extend(got);
     }
     assert_eq!(held.iter().filter(|p| slab_of(p) == b).count(), 160);
-    // Stream 1 comes back: A is full (a look passes it), B is the next
-    // slot's, and the group is served whole in a slab of its own.
+    // Stream 1 comes back: A has room for 31 (a look passes it), B is the
+    // next slot's, and the group is served whole in a slab of its own.
     let back = malloc(&mut heap, 1);
     let c = slab_of(&back[0]);
     assert!(

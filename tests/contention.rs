@@ -341,11 +341,12 @@ const COLD: Bounds = Bounds {
 /// With room three times over near the hint (a warp's group away from its
 /// stream's slab wants room for three groups in the 32 slots after its
 /// hint: heap/search.rs, `headroom`; 2026-12-06, 09:58-10:12 UTC, sixteen
-/// release runs of the growth test and five debug runs of the whole file):
+/// release runs of the growth test and six debug runs of the whole file):
 /// extra walk rounds per group-malloc at 8 KiB warm 0.025 to 0.059 in
-/// release, 0.033 to 0.059 in debug (0.054 to 0.086 and 0.044 to 0.087
-/// above); scans that met a creation 0 to 6 per 1 000 group-mallocs (2 to
-/// 8 in eight release runs of the code before); guard RMWs per group-pair
+/// release, 0.033 to 0.059 in six debug runs (0.054 to 0.086 and 0.044
+/// to 0.087 above); scans that met a creation 0 to 6 per 1 000
+/// group-mallocs in release, 0 to 5 in debug (2 to 8 in nine release runs
+/// of the code before); guard RMWs per group-pair
 /// 3.01 to 3.04; the path 7. The 8 KiB bound of extra walk rounds 0.125
 /// → 0.1, the target.
 const WARM: Bounds = Bounds {
@@ -409,9 +410,9 @@ const HALF: Bounds = Bounds {
 /// runs on 2026-12-06 (09:50-10:20 UTC; extra walk rounds 0.159 to
 /// 0.210): bound 7.5 → 7 (`WARM`).
 ///
-/// With room three times over near the hint (2026-12-06, 10:05-10:12 UTC,
-/// five debug runs), at 8 KiB: extra walk rounds 0.140 to 0.179 (bound
-/// 0.4 → 0.3), the path 7.
+/// With room three times over near the hint (2026-12-06, 10:05-10:20 UTC,
+/// six debug runs), at 8 KiB: extra walk rounds 0.140 to 0.279 (bound
+/// 0.4), the path 7.
 const RISING: Bounds = Bounds {
     growth: 0.8,
     guard_rmws: 4.5,
@@ -425,7 +426,7 @@ const RISING: Bounds = Bounds {
     extra_probes_small: 0.1,
     extra_probes_1k: 0.5,
     extra_probes: 0.5,
-    extra_probes_8k: 0.3,
+    extra_probes_8k: 0.4,
     fences_per_pair: 4.0,
     path_round_trips: 9.0,
     path_round_trips_small: 7.0,
@@ -969,10 +970,12 @@ fn a_heap_warmed_up_from_a_profile_launches_warm() {
 /// warm bounds with extra walk rounds at 8 KiB held to 0.05: fewer than
 /// after the cold launch alone (`WARM`'s 0.1; 0.043 to 0.104 there,
 /// 0.025 to 0.037 here in five runs on 2026-12-06, 04:50 UTC, and 0.030
-/// to 0.065 in eleven before `at_home`; since room is wanted four times
-/// over near the hint, 0.022 to 0.038 there and 0.010 to 0.015 here in
-/// two runs at 08:10 UTC, and 0.016 to 0.021 in four of trial forms at
-/// 07:25 and 07:56 UTC: the bound 0.08 → 0.05).
+/// to 0.065 in eleven before `at_home`; with room four times over near
+/// the hint, tried and reverted, 0.022 to 0.038 there and 0.010 to 0.015
+/// here in two runs at 08:10 UTC; since room is wanted three times over
+/// near the hint, 0.033 to 0.059 there and 0.022 to 0.027 here in six
+/// debug runs, as CI builds the test, at 10:05-10:20 UTC: the bound 0.08
+/// → 0.05).
 #[test]
 fn a_warm_launch_after_a_spread_meets_the_bounds_and_walks_less() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

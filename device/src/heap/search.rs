@@ -517,7 +517,7 @@ const NEAR_SLOTS: u32 = 32;
 
 /// Classes of more blocks a slab than this (8 KiB and smaller blocks: 255
 /// at 8 KiB) want room three times over near the hint (`headroom`): three
-/// warps' groups of 32 are about a third of such a slab or less. In a
+/// warps' groups of 32 are under half such a slab (96 of 255 blocks). In a
 /// class of fewer (170 blocks at 12 KiB, 146 at 14 KiB, 127 at 16 KiB) a
 /// search wanting that much would pass most slabs near its hint and claim
 /// a new one: twice over there.
@@ -554,12 +554,12 @@ const NEAR_LANES: u32 = simt::WARP_SIZE;
 /// where it took another warp's run. Room for the group twice over is
 /// often one group's room and a run in the gap between its warp's free
 /// and its next malloc; three times over leaves a group's room that is no
-/// one's run. In classes where that is a third of a slab or less
+/// one's run. In classes where that is under half a slab
 /// (`NEAR_USABLE`).
 ///
 /// In the contention test's warm launches at 8 KiB (2026-12-06, the build
-/// machine; 09:58-10:12 UTC, sixteen release runs of the growth test and
-/// five debug runs of the whole file): extra walk rounds per group-malloc
+/// machine; 09:58-10:20 UTC, sixteen release runs of the growth test and
+/// six debug runs of the whole file): extra walk rounds per group-malloc
 /// 0.025 to 0.059, against 0.054 to 0.086 in fourteen release runs of the
 /// code before (09:35-09:50 UTC); scans that met a creation 0 to 6 per
 /// 1 000 group-mallocs (2 to 8); guard RMWs per group-pair 3.01 to 3.04
@@ -574,7 +574,8 @@ const NEAR_LANES: u32 = simt::WARP_SIZE;
 /// that met a creation up to 11 per 1 000 (a fresh clone's CI run failed
 /// the bound of 10): a group near the class's newest slab passed slabs
 /// with room for it two or three times over, met the empty slot after
-/// them and claimed. The window (the same form, three runs each): the 8
+/// them and claimed. The window (a temporary form of it that counted the
+/// group twice, three runs each): the 8
 /// slots after the hint, 0.042 to 0.065; 16, 0.040 to 0.050; 32, 0.026 to
 /// 0.042 (nine runs); 64, 0.029 to 0.058; the whole table, 0.037 to 0.050
 /// and a failed run. Sending a group that meets the empty slot back to
