@@ -358,6 +358,11 @@ fn a_full_slot_table_serves_every_block_before_null() {
     assert_empty(&mut heap, "a full slot table, every block served");
 }
 
+/// The slab a block lies in: its 2 MiB boundary.
+fn slab_of(p: &u64) -> u64 {
+    p & !(SLAB_SIZE - 1)
+}
+
 /// One warp's `lanes` (from lane 0) mallocs of `size` bytes on `heap`, as
 /// [`malloc_warp`] launches them: the addresses (0: null).
 fn malloc_lanes(heap: &mut Heap, size: u32, lanes: u32) -> Vec<u64> {
@@ -389,11 +394,8 @@ fn a_refused_claim_is_served_by_the_room_its_scan_passed() {
         }
         got.extend(malloc_lanes(&mut heap, 8192, usable % 32));
         assert_eq!(nulls(&got), 0, "slab {}: {got:x?}", slabs.len());
-        let base = got[0] & !(SLAB_SIZE - 1);
-        assert!(
-            got.iter().all(|&p| p & !(SLAB_SIZE - 1) == base),
-            "one slab"
-        );
+        let base = slab_of(&got[0]);
+        assert!(got.iter().all(|p| slab_of(p) == base), "one slab");
         slabs.push(got);
     }
     assert_eq!(heap.stats().expect("stats").live.live_slabs, SLABS as u64);
@@ -416,8 +418,8 @@ fn a_refused_claim_is_served_by_the_room_its_scan_passed() {
     // The scan passed slab 35 and asked the host, which refused.
     assert_eq!(heap.stats().expect("stats").rpc.allocs, asked + 1);
     assert_eq!(nulls(&got), 0, "room for the warp in slab 35: {got:x?}");
-    let s35 = slabs[35][0] & !(SLAB_SIZE - 1);
-    assert!(got.iter().all(|&p| p & !(SLAB_SIZE - 1) == s35), "{got:x?}");
+    let s35 = slab_of(&slabs[35][0]);
+    assert!(got.iter().all(|p| slab_of(p) == s35), "{got:x?}");
     for ptrs in slabs.iter().chain([&got]) {
         free(&mut heap, ptrs);
     }
@@ -1476,7 +1478,6 @@ fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has(
     const SIZE: u32 = 8 << 10;
     let usable = geometry(class_index(SIZE)).usable;
     assert_eq!(usable, 255, "7 groups of 32 and 31 blocks a slab");
-    let slab_of = |p: &u64| p & !(SLAB_SIZE - 1);
     // Converged launches of one block: warp `w` is stream `w`.
     let converged = |lanes: usize| {
         LaunchConfig::linear(1, lanes as u32)
@@ -1582,7 +1583,6 @@ fn a_group_away_from_its_slab_wants_room_three_times_over_near_its_hint() {
     const SIZE: u32 = 8 << 10;
     let usable = geometry(class_index(SIZE)).usable;
     assert_eq!(usable, 255, "7 groups of 32 and 31 blocks a slab");
-    let slab_of = |p: &u64| p & !(SLAB_SIZE - 1);
     // Launches of one block, converged: warp `w` is stream `w`, and only
     // warp `warp` mallocs (size 0 elsewhere: null, no search).
     let malloc = |heap: &mut Heap, warp: usize| -> Vec<u64> {
