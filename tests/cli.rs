@@ -811,6 +811,102 @@ fn the_device_report_draws_warpalloc_beside_its_peers() {
     );
 }
 
+/// With a candidate build staged (`cargo xtask device-check --candidate
+/// REV`), the GPU check's report sets each of its bench rows beside this
+/// build's same case: both rates and their ratio, in the markdown and the
+/// JSON. Here the candidate's rows are this build's simulator rows with
+/// their warm rate doubled; without a candidate there is no such section.
+#[test]
+fn the_device_report_sets_a_candidate_build_beside_this_one() {
+    let out = std::env::temp_dir().join(format!("warpalloc-candidate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).expect("a temporary directory");
+    let mine = warpalloc_json(&[
+        "--simulator",
+        "bench",
+        "--json",
+        "--sizes",
+        "64",
+        "--threads",
+        "256",
+        "--cases",
+        "alloc-free",
+        "--workers",
+        "1",
+    ]);
+    let mut theirs = mine.clone();
+    for row in theirs["rows"].as_array_mut().expect("bench rows") {
+        let warm = row["warm_pairs_per_second"].as_f64().expect("a warm rate");
+        row["warm_pairs_per_second"] = serde_json::json!(2.0 * warm);
+    }
+    std::fs::write(out.join("bench-alloc-free-64.json"), mine.to_string()).unwrap();
+    std::fs::write(out.join("bench-alloc-free-64.err"), "exit 0\n").unwrap();
+    let report = |out: &std::path::Path| {
+        let got = Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/device-check/report.py"
+            ))
+            .arg(out)
+            .output()
+            .expect("python3 runs the report");
+        assert!(
+            got.status.success(),
+            "{}",
+            String::from_utf8_lossy(&got.stderr)
+        );
+        let md = std::fs::read_to_string(out.join("device-check.md")).expect("the report");
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("device-check.json")).expect("the JSON"),
+        )
+        .expect("JSON");
+        (md, json)
+    };
+    let (md, json) = report(&out);
+    assert!(
+        !md.contains("## candidate"),
+        "a candidate section with none staged:\n{md}"
+    );
+    assert!(json["candidate"].is_null(), "{}", json["candidate"]);
+    std::fs::write(
+        out.join("candidate-bench-alloc-free-64.json"),
+        theirs.to_string(),
+    )
+    .unwrap();
+    std::fs::write(out.join("candidate-bench-alloc-free-64.err"), "exit 0\n").unwrap();
+    std::fs::write(
+        out.join("candidate-revision.txt"),
+        "rows-early-look (0123abc)\n",
+    )
+    .unwrap();
+    let (md, json) = report(&out);
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(
+        md.contains("## candidate rows-early-look (0123abc) beside this build"),
+        "{md}"
+    );
+    let row = md
+        .lines()
+        .find(|l| {
+            l.starts_with("| alloc_free |")
+                && l.contains("| 256 | 64 B |")
+                && l.ends_with("2.00× |")
+        })
+        .unwrap_or_else(|| panic!("no alloc_free row at 2.00×:\n{md}"));
+    assert!(!row.contains("—"), "a rate is missing: {row}");
+    let pairs = json["candidate"]["pairs"]
+        .as_array()
+        .expect("candidate pairs");
+    assert_eq!(pairs.len(), 1, "{pairs:?}");
+    let r = pairs[0]["candidate_per_this"].as_f64().expect("a ratio");
+    assert!((r - 2.0).abs() < 1e-9, "candidate ÷ this build: {r}");
+    assert!(
+        json["candidate"]["missing"]
+            .as_array()
+            .is_some_and(|m| m.is_empty())
+    );
+}
+
 /// A stress run on a pool too small for its kernels says, per kernel,
 /// which classes ran dry and by how many slabs (nulls are answers there,
 /// not failures).

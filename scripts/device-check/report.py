@@ -37,12 +37,13 @@ def lines(path):
     return out
 
 
-def bench_rows(out):
+def bench_rows(out, prefix="bench-"):
     """The rows of every bench-CASE.json (one process per case, run.sh), and
-    the cases that gave none: a timeout (exit 124) or a failure."""
+    the cases that gave none: a timeout (exit 124) or a failure. With
+    prefix "candidate-bench-", the candidate build's."""
     rows, missing = [], []
-    for path in sorted(out.glob("bench-*.json")):
-        name = path.stem[len("bench-"):]
+    for path in sorted(out.glob(f"{prefix}*.json")):
+        name = path.stem[len(prefix):]
         err = path.with_suffix(".err")
         code = None
         try:
@@ -287,6 +288,45 @@ def drift_table(drift):
     return md
 
 
+def bench_key(r):
+    """What makes a bench row the same measurement in two builds."""
+    return (r["case"], r["mode"], r["threads"], r["min_bytes"], r["max_bytes"])
+
+
+def candidate_table(out, bench):
+    """The candidate build (`cargo xtask device-check --candidate REV`) beside
+    this one: each of its rows with this build's row of the same case, mode,
+    threads and sizes, warm pairs per second (cold where there is no warm
+    one) and their ratio. None when no candidate ran."""
+    revision_file = out / "candidate-revision.txt"
+    if not revision_file.exists():
+        return None, []
+    revision = revision_file.read_text().strip()
+    got = bench_rows(out, "candidate-bench-")
+    mine = {bench_key(r): r for r in bench["rows"]}
+    pairs = []
+    md = [f"## candidate {revision} beside this build", "",
+          "Warm pairs per second (cold where there is no warm one); each candidate case ran right "
+          "after this build's same case.", "",
+          "| case | mode | threads | size | this build | candidate | candidate ÷ this build |",
+          "|---|---|---|---|---|---|---|"]
+    for r in got["rows"]:
+        base = mine.get(bench_key(r))
+        warm = r["warm_pairs_per_second"] or r["cold_pairs_per_second"]
+        this = (base["warm_pairs_per_second"] or base["cold_pairs_per_second"]) if base else None
+        size = f"{r['min_bytes']} B" if r["min_bytes"] == r["max_bytes"] else f"{r['min_bytes']}-{r['max_bytes']} B"
+        md.append(f"| {r['case']} | {r['mode']} | {r['threads']} | {size} | "
+                  f"{rate(this) if this else NONE} | {rate(warm) if warm else NONE} | {ratio(warm, this)} |")
+        pairs.append({"case": r["case"], "mode": r["mode"], "threads": r["threads"],
+                      "min_bytes": r["min_bytes"], "max_bytes": r["max_bytes"],
+                      "this_pairs_per_second": this, "candidate_pairs_per_second": warm or None,
+                      "candidate_per_this": warm / this if warm and this else None})
+    if got["missing"]:
+        md += ["", "candidate cases without all their rows: " + "; ".join(got["missing"])]
+    md.append("")
+    return {"revision": revision, "pairs": pairs, "missing": got["missing"]}, md
+
+
 def main(out):
     out = Path(out)
     report = {
@@ -415,6 +455,7 @@ def main(out):
             "slab_turnovers_per_second": None,
         })
     report["pairs"] = pairs
+    report["candidate"], candidate_md = candidate_table(out, report["bench"])
     chart = chart_svg(pairs)
     if chart:
         (out / "alloc-free.svg").write_text(chart)
@@ -450,6 +491,9 @@ def main(out):
             md.append("")
             md.append(f"Gallatin: {init.get('variant', '?')}, {init.get('note', '')}; "
                       f"init {init.get('ms', 0):.0f} ms, outside the timed launches.")
+    if candidate_md:
+        md.append("")
+        md += candidate_md
     vmm = report.get("vmm_control") or {}
     if vmm:
         md.append("")

@@ -2,8 +2,9 @@
 # warpalloc's GPU check: the one command to run on a GPU machine, in the
 # folder `cargo xtask device-check` staged (the release `warpalloc` binary,
 # this script, baseline.cu and report.py, and when it was given Gallatin's
-# source, peers/gallatin-bench and peers/vmm_control; no Rust toolchain
-# needed).
+# source, peers/gallatin-bench and peers/vmm_control; with --candidate REV,
+# candidate/warpalloc, a second build timed beside this one; no Rust
+# toolchain needed).
 #
 #   OUT=/some/dir ./run.sh
 #
@@ -30,7 +31,7 @@ SECONDS=0
 BUDGET=${BUDGET:-465}
 # STEPS: the steps to run (default all): a shorter check for a GPU session
 # that has little device time left, e.g. STEPS="stress bench gallatin".
-STEPS=${STEPS:-"stress drift bench baseline gallatin memcheck"}
+STEPS=${STEPS:-"stress drift bench candidate baseline gallatin memcheck"}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # limited LIMIT CMD...: CMD under `timeout` with LIMIT seconds, or what is left
 # of the budget if that is less; 254 without running it when none is left.
@@ -95,12 +96,30 @@ bench_case() {
   limited "$limit" ./warpalloc --gpu bench --json --threads "${THREADS// /,}" "$@" > "$OUT/bench-$name.json" 2> "$OUT/bench-$name.err"
   echo "exit $?" >> "$OUT/bench-$name.err"
 }
+# The candidate build (`cargo xtask device-check --candidate REV`): its
+# alloc-free case at each size and its mixed case, each right after this
+# build's, so that the two meet the GPU in the same state (the report sets
+# them side by side). Not staged, or not in STEPS: nothing.
+CANDIDATE=
+if want candidate && [ -x ./candidate/warpalloc ]; then
+  CANDIDATE=./candidate/warpalloc
+  cp candidate/revision "$OUT/candidate-revision.txt"
+  step "candidate: $(cat candidate/revision)"
+fi
+candidate_case() {
+  [ -n "$CANDIDATE" ] || return 0
+  name=$1; limit=$2; shift 2
+  limited "$limit" "$CANDIDATE" --gpu bench --json --threads "${THREADS// /,}" "$@" > "$OUT/candidate-bench-$name.json" 2> "$OUT/candidate-bench-$name.err"
+  echo "exit $?" >> "$OUT/candidate-bench-$name.err"
+}
 for size in $SIZES; do
   bench_case "alloc-free-$size" 20 --cases alloc-free --sizes "$size"
+  candidate_case "alloc-free-$size" 20 --cases alloc-free --sizes "$size"
   bench_case "pool-$size" 15 --cases pool --sizes "$size"
 done
 for case in mixed rising fragmentation footprint out-of-memory; do
   bench_case "$case" 15 --cases "$case"
+  [ "$case" = mixed ] && candidate_case mixed 15 --cases mixed
 done
 # Warmed: three heaps, five launches (a profile, a warmed-up heap, a spread).
 bench_case warmed 25 --cases warmed

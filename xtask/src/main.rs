@@ -11,6 +11,9 @@
 //! - `cargo xtask run [ARGS]`: set-up, then `cargo run --release -p warpalloc --
 //!   ARGS` (default `stress`: the stress kernels, checked, on the GPU or the
 //!   simulator).
+//! - `cargo xtask device-check [--candidate REV]`: stage the GPU check in
+//!   `.device/` (with `--candidate`, a second build of git revision `REV`
+//!   to time beside this one) and run its no-GPU path here.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -82,7 +85,16 @@ enum Cmd {
     /// in `.peers/gallatin` or `GALLATIN_DIR` (CCCL's headers from `CCCL` or
     /// PyPI), and run the check here to show its no-GPU path. On a GPU
     /// machine, run `OUT=<dir> .device/run.sh` (`STEPS=...` for fewer steps).
-    DeviceCheck,
+    DeviceCheck {
+        /// A second build to time beside this one, before and after a change
+        /// in one device call: a git revision (a branch, a tag, a commit)
+        /// built in a worktree and staged as `.device/candidate/warpalloc`.
+        /// run.sh then runs the bench's alloc-free cases at every size and
+        /// its mixed case with it too, each right after this build's, and
+        /// the report sets the two side by side.
+        #[arg(long, value_name = "REV")]
+        candidate: Option<String>,
+    },
     /// Set up, then run the warpalloc CLI in release mode (default: `stress`).
     Run {
         /// Arguments for the warpalloc CLI.
@@ -99,7 +111,7 @@ fn main() -> ExitCode {
         Cmd::Test => test(&mut steps),
         Cmd::Ci => print_versions().and_then(|()| test(&mut steps)),
         Cmd::Run { args } => run(&mut steps, args),
-        Cmd::DeviceCheck => device_check(&mut steps),
+        Cmd::DeviceCheck { candidate } => device_check(&mut steps, candidate.as_deref()),
     };
     match result {
         Ok(()) => {
@@ -262,7 +274,7 @@ fn pip_install(dir: &Path, packages: &[&str]) -> Result<String> {
         .output_ok()
 }
 
-fn device_check(steps: &mut Steps) -> Result<()> {
+fn device_check(steps: &mut Steps, candidate: Option<&str>) -> Result<()> {
     steps.run("setup", setup)?;
     let stage = root().join(".device");
     steps.run("build", || {
@@ -282,6 +294,9 @@ fn device_check(steps: &mut Steps) -> Result<()> {
         }
         Ok(())
     })?;
+    if let Some(rev) = candidate {
+        steps.run("candidate", || stage_candidate(&stage, rev))?;
+    }
     steps.run("baseline", || {
         // Built here when the PyPI nvcc works; the GPU machine rebuilds it
         // with its own nvcc when it has one.
@@ -317,11 +332,65 @@ fn device_check(steps: &mut Steps) -> Result<()> {
         if stage.join("peers/gallatin-bench").is_file() && !out.join("gallatin.err").is_file() {
             bail!("run.sh did not run the staged peers/gallatin-bench");
         }
+        if candidate.is_some() && !out.join("candidate-bench-mixed.err").is_file() {
+            bail!("run.sh did not run the staged candidate build");
+        }
         Ok(())
     })?;
     eprintln!(
         "xtask: staged {}; on a GPU machine run `OUT=<dir> .device/run.sh` (the device tool: carry `.device`)",
         stage.display()
+    );
+    Ok(())
+}
+
+/// Stages the warpalloc binary of git revision `rev` as
+/// `STAGE/candidate/warpalloc` (and its commit in `candidate/revision`):
+/// checked out in a detached worktree under `target/`, built in release
+/// mode with a target folder of its own (kept between calls), the
+/// worktree removed again.
+fn stage_candidate(stage: &Path, rev: &str) -> Result<()> {
+    let git = |args: &[&str]| -> Result<String> {
+        Command::new("git")
+            .args(args)
+            .current_dir(root())
+            .output_ok()
+            .map(|out| out.trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "--verify", &format!("{rev}^{{commit}}")])
+        .with_context(|| format!("`{rev}` names no commit of this repository"))?;
+    let worktree = root().join("target/candidate-src");
+    if worktree.exists() {
+        let _ = git(&["worktree", "remove", "--force", &worktree.to_string_lossy()]);
+        if worktree.exists() {
+            std::fs::remove_dir_all(&worktree)?;
+        }
+        git(&["worktree", "prune"])?;
+    }
+    git(&[
+        "worktree",
+        "add",
+        "--detach",
+        &worktree.to_string_lossy(),
+        &commit,
+    ])?;
+    let built = cargo(&["build", "--release", "-p", "warpalloc-tool"])
+        .current_dir(&worktree)
+        .env("CARGO_TARGET_DIR", root().join("target/candidate"))
+        .status_ok();
+    let removed = git(&["worktree", "remove", "--force", &worktree.to_string_lossy()]);
+    built.with_context(|| format!("building the candidate {rev} ({commit})"))?;
+    removed?;
+    let dir = stage.join("candidate");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(
+        root().join("target/candidate/release/warpalloc"),
+        dir.join("warpalloc"),
+    )?;
+    std::fs::write(dir.join("revision"), format!("{rev} ({commit})\n"))?;
+    eprintln!(
+        "xtask: staged the candidate {rev} ({commit}) in {}",
+        dir.display()
     );
     Ok(())
 }
