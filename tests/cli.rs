@@ -907,6 +907,75 @@ fn the_device_report_sets_a_candidate_build_beside_this_one() {
     );
 }
 
+/// The GPU check runs compute-sanitizer on the stress kernels (synccheck in
+/// RPC mode, memcheck in pool mode): its report gives each run's error
+/// count, exit, the stress verdict and the heap traffic that shows
+/// warpalloc served the kernels. Here the sanitizer logs are made up and
+/// the stress report is the simulator's.
+#[test]
+fn the_device_report_shows_the_sanitized_stress_runs() {
+    let out = std::env::temp_dir().join(format!("warpalloc-sanitized-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).expect("a temporary directory");
+    let stress = warpalloc_json(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "churn",
+        "--blocks",
+        "1",
+        "--threads",
+        "32",
+        "--iterations",
+        "2",
+        "--json",
+    ]);
+    let traffic = stress["kernels"][0]["heap_traffic"]
+        .as_u64()
+        .expect("heap traffic");
+    assert!(traffic > 0, "{stress}");
+    std::fs::write(out.join("synccheck-stress.json"), stress.to_string()).unwrap();
+    std::fs::write(
+        out.join("synccheck-stress.log"),
+        "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        out.join("memcheck-stress-pool.log"),
+        "========= ERROR SUMMARY: 3 errors\nexit 1\n",
+    )
+    .unwrap();
+    let got = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/device-check/report.py"
+        ))
+        .arg(&out)
+        .output()
+        .expect("python3 runs the report");
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let md = std::fs::read_to_string(out.join("device-check.md")).expect("the report");
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(
+        md.contains("## compute-sanitizer on the stress kernels"),
+        "{md}"
+    );
+    assert!(
+        md.contains(&format!(
+            "| synccheck-stress | 0 | exit 0 | OK | 1 | {traffic} |"
+        )),
+        "{md}"
+    );
+    assert!(
+        md.contains("| memcheck-stress-pool | 3 | exit 1 | no report | 0 | 0 |"),
+        "{md}"
+    );
+}
+
 /// A stress run on a pool too small for its kernels says, per kernel,
 /// which classes ran dry and by how many slabs (nulls are answers there,
 /// not failures).

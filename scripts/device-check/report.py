@@ -148,8 +148,9 @@ def peer_missing(p, want):
 
 
 def sanitizer_summary(path):
-    """compute-sanitizer's ERROR SUMMARY line and the exit status of a
-    vmm-control-*.txt, or None when there is no such file."""
+    """compute-sanitizer's ERROR SUMMARY line and the exit status (run.sh's
+    "exit N" line) of a vmm-control-*.txt or a sanitized stress run's log,
+    or None when there is no such file."""
     try:
         text = Path(path).read_text()
     except OSError:
@@ -341,6 +342,9 @@ def main(out):
         "gallatin": lines(out / "gallatin.jsonl") if (out / "gallatin.jsonl").exists() else None,
         "vmm_control": {when: v for when in ("before", "during")
                         if (v := sanitizer_summary(out / f"vmm-control-{when}.txt")) is not None},
+        "sanitized_stress": {name: dict(v, stress=load(out / f"{name}.json"))
+                             for name in ("synccheck-stress", "memcheck-stress-pool")
+                             if (v := sanitizer_summary(out / f"{name}.log")) is not None},
     }
     (out / "device-check.json").write_text(json.dumps(report, indent=2))
 
@@ -494,6 +498,26 @@ def main(out):
     if candidate_md:
         md.append("")
         md += candidate_md
+    sanitized = report.get("sanitized_stress") or {}
+    if sanitized:
+        md.append("")
+        md.append("## compute-sanitizer on the stress kernels")
+        md.append("")
+        md.append("64 blocks of 128 threads, 4 rounds each: synccheck in RPC mode, memcheck in pool mode "
+                  "with no large blocks (every slab mapped before the launch). Heap traffic: slabs put to "
+                  "use and large blocks handed out, summed over the kernels (0: warpalloc served nothing).")
+        md.append("")
+        md.append("| run | sanitizer errors | exit | stress | kernels | heap traffic |")
+        md.append("|---|---|---|---|---|---|")
+        for name, v in sanitized.items():
+            stress = v.get("stress") or {}
+            kernels = stress.get("kernels", []) if isinstance(stress, dict) else []
+            errors = str(v["errors"]) if v["errors"] is not None else "no ERROR SUMMARY"
+            status = exit_text(v["exit"]) if v["exit"] is not None else "no exit status"
+            # No JSON (the run died before printing it): no report, not a verdict.
+            verdict = "OK" if stress.get("ok") else "FAILED" if stress and "error" not in stress else "no report"
+            traffic = sum(k.get("heap_traffic", 0) for k in kernels)
+            md.append(f"| {name} | {errors} | {status} | {verdict} | {len(kernels)} | {traffic} |")
     vmm = report.get("vmm_control") or {}
     if vmm:
         md.append("")

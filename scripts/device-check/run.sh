@@ -12,9 +12,11 @@
 # modes, lifetimes and churn at 10 and 300 rounds (drift), the benchmark
 # cases, the CUDA C++ baseline (CUDA's own device malloc
 # with its heap raised to 8 GiB) and the atomics ceiling, the peer allocator
-# Gallatin through the same cases (when staged), and compute-sanitizer
-# memcheck on the VMM control program (when staged and compute-sanitizer is
-# on PATH), then writes $OUT/device-check.json and $OUT/device-check.md.
+# Gallatin through the same cases (when staged), compute-sanitizer on the
+# stress kernels (synccheck in RPC mode, memcheck in pool mode with no large
+# blocks; when compute-sanitizer is on PATH) and memcheck on the VMM control
+# program (when staged too), then writes $OUT/device-check.json and
+# $OUT/device-check.md.
 #
 # Every step, and each benchmark case, has its own timeout, cut to what is
 # left of a budget of BUDGET seconds (default 465) for the whole script: it
@@ -31,7 +33,7 @@ SECONDS=0
 BUDGET=${BUDGET:-465}
 # STEPS: the steps to run (default all): a shorter check for a GPU session
 # that has little device time left, e.g. STEPS="stress bench gallatin".
-STEPS=${STEPS:-"stress drift bench candidate baseline gallatin memcheck"}
+STEPS=${STEPS:-"stress drift bench candidate baseline gallatin sanitizer memcheck"}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # limited LIMIT CMD...: CMD under `timeout` with LIMIT seconds, or what is left
 # of the budget if that is less; 254 without running it when none is left.
@@ -173,6 +175,31 @@ elif [ -x ./peers/gallatin-bench ]; then
   gallatin_case mixed
 else
   step "gallatin: not staged (no peers/gallatin-bench), the report has no Gallatin column"
+fi
+
+# compute-sanitizer on every stress kernel, at a scale it finishes at
+# (sanitizers slow kernels down by orders of magnitude; 64 blocks of 128
+# threads, 4 rounds each): synccheck in RPC mode (memory mapped while the
+# kernels run, as users run it), memcheck in pool mode with no large blocks
+# — every slab mapped before the launch, since memcheck reports a first
+# write into memory mapped during a kernel even when it is correct (the
+# control below shows it). Each writes the sanitizer's log, the stress
+# run's JSON (it proves warpalloc served the kernels: heap traffic) and its
+# exit status.
+if ! want sanitizer; then
+  step "sanitizer: not in STEPS"
+elif command -v compute-sanitizer > /dev/null; then
+  sanitized() {
+    name=$1; tool=$2; shift 2
+    step "compute-sanitizer $tool: stress $*"
+    limited 120 compute-sanitizer --tool "$tool" --log-file "$OUT/$name.log" \
+      ./warpalloc --gpu stress --blocks 64 --iterations 4 --json "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+    echo "exit $?" >> "$OUT/$name.log"
+  }
+  sanitized synccheck-stress synccheck
+  sanitized memcheck-stress-pool memcheck --pool-slabs 1024 --large-one-in 0
+else
+  step "sanitizer: compute-sanitizer is not on PATH"
 fi
 
 # memcheck's control: a kernel's first write into a granule mapped before the
