@@ -813,9 +813,11 @@ fn the_device_report_draws_warpalloc_beside_its_peers() {
 
 /// With a candidate build staged (`cargo xtask device-check --candidate
 /// REV`), the GPU check's report sets each of its bench rows beside this
-/// build's same case: both rates and their ratio, in the markdown and the
-/// JSON. Here the candidate's rows are this build's simulator rows with
-/// their warm rate doubled; without a candidate there is no such section.
+/// build's same case (case, mode, threads, sizes): both rates and their
+/// ratio, in the markdown and the JSON. Here the candidate's rows are this
+/// build's simulator rows with their warm rate doubled at 256 threads and
+/// halved at 512, and one row this build lacks (1 024 threads: no ratio);
+/// without a candidate there is no such section.
 #[test]
 fn the_device_report_sets_a_candidate_build_beside_this_one() {
     let out = std::env::temp_dir().join(format!("warpalloc-candidate-{}", std::process::id()));
@@ -829,15 +831,22 @@ fn the_device_report_sets_a_candidate_build_beside_this_one() {
         "64",
         "--threads",
         "256",
+        "512",
         "--cases",
         "alloc-free",
         "--workers",
         "1",
     ]);
     let mut theirs = mine.clone();
-    for row in theirs["rows"].as_array_mut().expect("bench rows") {
+    let rows = theirs["rows"].as_array_mut().expect("bench rows");
+    assert_eq!(rows.len(), 2, "{mine}");
+    let mut lone = rows[1].clone();
+    lone["threads"] = serde_json::json!(1024);
+    rows.push(lone);
+    for row in rows.iter_mut() {
         let warm = row["warm_pairs_per_second"].as_f64().expect("a warm rate");
-        row["warm_pairs_per_second"] = serde_json::json!(2.0 * warm);
+        let factor = if row["threads"] == 256 { 2.0 } else { 0.5 };
+        row["warm_pairs_per_second"] = serde_json::json!(factor * warm);
     }
     std::fs::write(out.join("bench-alloc-free-64.json"), mine.to_string()).unwrap();
     std::fs::write(out.join("bench-alloc-free-64.err"), "exit 0\n").unwrap();
@@ -885,21 +894,42 @@ fn the_device_report_sets_a_candidate_build_beside_this_one() {
         md.contains("## candidate rows-early-look (0123abc) beside this build"),
         "{md}"
     );
-    let row = md
-        .lines()
-        .find(|l| {
-            l.starts_with("| alloc_free |")
-                && l.contains("| 256 | 64 B |")
-                && l.ends_with("2.00× |")
-        })
-        .unwrap_or_else(|| panic!("no alloc_free row at 2.00×:\n{md}"));
-    assert!(!row.contains("—"), "a rate is missing: {row}");
+    // The candidate table's rows (the first table has alloc_free rows too).
+    let section = md
+        .split("## candidate")
+        .nth(1)
+        .expect("the candidate section");
+    let row = |threads: u32| {
+        section
+            .lines()
+            .find(|l| {
+                l.starts_with("| alloc_free |") && l.contains(&format!("| {threads} | 64 B |"))
+            })
+            .unwrap_or_else(|| panic!("no alloc_free row at {threads} threads:\n{section}"))
+    };
+    assert!(row(256).ends_with("| 2.00× |"), "{}", row(256));
+    assert!(row(512).ends_with("| 0.50× |"), "{}", row(512));
+    assert!(
+        row(1024).ends_with("| — |"),
+        "a ratio with no row of this build: {}",
+        row(1024)
+    );
     let pairs = json["candidate"]["pairs"]
         .as_array()
         .expect("candidate pairs");
-    assert_eq!(pairs.len(), 1, "{pairs:?}");
-    let r = pairs[0]["candidate_per_this"].as_f64().expect("a ratio");
-    assert!((r - 2.0).abs() < 1e-9, "candidate ÷ this build: {r}");
+    assert_eq!(pairs.len(), 3, "{pairs:?}");
+    let ratios: Vec<Option<f64>> = pairs
+        .iter()
+        .map(|p| p["candidate_per_this"].as_f64())
+        .collect();
+    assert_eq!(ratios.len(), 3);
+    for (want, got) in [Some(2.0), Some(0.5), None].iter().zip(&ratios) {
+        match (want, got) {
+            (Some(w), Some(g)) => assert!((w - g).abs() < 1e-9, "{ratios:?}"),
+            (None, None) => {}
+            _ => panic!("candidate ÷ this build: {ratios:?}"),
+        }
+    }
     assert!(
         json["candidate"]["missing"]
             .as_array()

@@ -297,8 +297,9 @@ def bench_key(r):
 def candidate_table(out, bench):
     """The candidate build (`cargo xtask device-check --candidate REV`) beside
     this one: each of its rows with this build's row of the same case, mode,
-    threads and sizes, warm pairs per second (cold where there is no warm
-    one) and their ratio. None when no candidate ran."""
+    threads and sizes, their warm pairs per second (their cold ones where
+    either has no warm one; none where either has neither) and the ratio.
+    None when no candidate ran."""
     revision_file = out / "candidate-revision.txt"
     if not revision_file.exists():
         return None, []
@@ -307,21 +308,27 @@ def candidate_table(out, bench):
     mine = {bench_key(r): r for r in bench["rows"]}
     pairs = []
     md = [f"## candidate {revision} beside this build", "",
-          "Warm pairs per second (cold where there is no warm one); each candidate case ran right "
-          "after this build's same case.", "",
+          "Warm pairs per second of both (cold of both where either has no warm figure); each "
+          "candidate case ran right after this build's same case.", "",
           "| case | mode | threads | size | this build | candidate | candidate ÷ this build |",
           "|---|---|---|---|---|---|---|"]
     for r in got["rows"]:
-        base = mine.get(bench_key(r))
-        warm = r["warm_pairs_per_second"] or r["cold_pairs_per_second"]
-        this = (base["warm_pairs_per_second"] or base["cold_pairs_per_second"]) if base else None
+        base = mine.get(bench_key(r)) or {}
+        # One basis for both: warm where both have it, else cold.
+        basis = "warm_pairs_per_second"
+        if not (r.get(basis) and base.get(basis)):
+            basis = "cold_pairs_per_second"
+        theirs, this = r.get(basis), base.get(basis)
         size = f"{r['min_bytes']} B" if r["min_bytes"] == r["max_bytes"] else f"{r['min_bytes']}-{r['max_bytes']} B"
         md.append(f"| {r['case']} | {r['mode']} | {r['threads']} | {size} | "
-                  f"{rate(this) if this else NONE} | {rate(warm) if warm else NONE} | {ratio(warm, this)} |")
+                  f"{rate(this) if this else NONE} | {rate(theirs) if theirs else NONE} | {ratio(theirs, this)} |")
         pairs.append({"case": r["case"], "mode": r["mode"], "threads": r["threads"],
                       "min_bytes": r["min_bytes"], "max_bytes": r["max_bytes"],
-                      "this_pairs_per_second": this, "candidate_pairs_per_second": warm or None,
-                      "candidate_per_this": warm / this if warm and this else None})
+                      "basis": basis[:-len("_pairs_per_second")],
+                      "this_pairs_per_second": this or None, "candidate_pairs_per_second": theirs or None,
+                      "candidate_per_this": theirs / this if theirs and this else None})
+    if not got["rows"] and not got["missing"]:
+        md.append("(no candidate case ran)")
     if got["missing"]:
         md += ["", "candidate cases without all their rows: " + "; ".join(got["missing"])]
     md.append("")
@@ -510,8 +517,9 @@ def main(out):
         md.append("| run | sanitizer errors | exit | stress | kernels | heap traffic |")
         md.append("|---|---|---|---|---|---|")
         for name, v in sanitized.items():
-            stress = v.get("stress") or {}
-            kernels = stress.get("kernels", []) if isinstance(stress, dict) else []
+            stress = v.get("stress")
+            stress = stress if isinstance(stress, dict) else {}
+            kernels = stress.get("kernels", [])
             errors = str(v["errors"]) if v["errors"] is not None else "no ERROR SUMMARY"
             status = exit_text(v["exit"]) if v["exit"] is not None else "no exit status"
             # No JSON (the run died before printing it): no report, not a verdict.

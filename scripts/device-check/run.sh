@@ -27,13 +27,18 @@ set -uo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
+# An earlier run's candidate and sanitizer outputs in a reused $OUT would
+# read as this run's.
+rm -f "$OUT"/candidate-* "$OUT"/synccheck-stress.* "$OUT"/memcheck-stress-pool.*
 step() { echo "== $*" >&2; }
 
 SECONDS=0
 BUDGET=${BUDGET:-465}
 # STEPS: the steps to run (default all): a shorter check for a GPU session
 # that has little device time left, e.g. STEPS="stress bench gallatin".
-STEPS=${STEPS:-"stress drift bench candidate baseline gallatin sanitizer memcheck"}
+# `candidate` runs within `bench` (each case right after this build's), so
+# it needs `bench` too: STEPS="bench candidate" times a change alone.
+STEPS=${STEPS:-"stress drift bench candidate baseline gallatin memcheck sanitizer"}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # limited LIMIT CMD...: CMD under `timeout` with LIMIT seconds, or what is left
 # of the budget if that is less; 254 without running it when none is left.
@@ -103,7 +108,11 @@ bench_case() {
 # build's, so that the two meet the GPU in the same state (the report sets
 # them side by side). Not staged, or not in STEPS: nothing.
 CANDIDATE=
-if want candidate && [ -x ./candidate/warpalloc ]; then
+if [ ! -x ./candidate/warpalloc ]; then
+  step "candidate: none staged"
+elif ! want candidate; then
+  step "candidate: staged but not in STEPS"
+else
   CANDIDATE=./candidate/warpalloc
   cp candidate/revision "$OUT/candidate-revision.txt"
   step "candidate: $(cat candidate/revision)"
@@ -177,31 +186,6 @@ else
   step "gallatin: not staged (no peers/gallatin-bench), the report has no Gallatin column"
 fi
 
-# compute-sanitizer on every stress kernel, at a scale it finishes at
-# (sanitizers slow kernels down by orders of magnitude; 64 blocks of 128
-# threads, 4 rounds each): synccheck in RPC mode (memory mapped while the
-# kernels run, as users run it), memcheck in pool mode with no large blocks
-# — every slab mapped before the launch, since memcheck reports a first
-# write into memory mapped during a kernel even when it is correct (the
-# control below shows it). Each writes the sanitizer's log, the stress
-# run's JSON (it proves warpalloc served the kernels: heap traffic) and its
-# exit status.
-if ! want sanitizer; then
-  step "sanitizer: not in STEPS"
-elif command -v compute-sanitizer > /dev/null; then
-  sanitized() {
-    name=$1; tool=$2; shift 2
-    step "compute-sanitizer $tool: stress $*"
-    limited 120 compute-sanitizer --tool "$tool" --log-file "$OUT/$name.log" \
-      ./warpalloc --gpu stress --blocks 64 --iterations 4 --json "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
-    echo "exit $?" >> "$OUT/$name.log"
-  }
-  sanitized synccheck-stress synccheck
-  sanitized memcheck-stress-pool memcheck --pool-slabs 1024 --large-one-in 0
-else
-  step "sanitizer: compute-sanitizer is not on PATH"
-fi
-
 # memcheck's control: a kernel's first write into a granule mapped before the
 # launch (expect no error) and while the kernel runs (memcheck reports one).
 if want memcheck && [ -x ./peers/vmm_control ] && command -v compute-sanitizer > /dev/null; then
@@ -210,6 +194,33 @@ if want memcheck && [ -x ./peers/vmm_control ] && command -v compute-sanitizer >
     limited 30 compute-sanitizer --tool memcheck ./peers/vmm_control "$when" > "$OUT/vmm-control-$when.txt" 2>&1
     echo "exit $?" >> "$OUT/vmm-control-$when.txt"
   done
+fi
+
+# compute-sanitizer on every stress kernel, at a scale it finishes at
+# (sanitizers slow kernels down by orders of magnitude; 64 blocks of 128
+# threads, 4 rounds each): synccheck in RPC mode (memory mapped while the
+# kernels run, as users run it), memcheck in pool mode with no large blocks
+# — every slab mapped before the launch, since memcheck reports a first
+# write into memory mapped during a kernel even when it is correct (the
+# control above shows it). Last before the report: the slowest steps, each
+# limited to 90 s of what is left of the budget (cut, or skipped with exit
+# 254, when the steps before took it). Each writes the sanitizer's log, the
+# stress run's JSON (it proves warpalloc served the kernels: heap traffic)
+# and its exit status.
+if ! want sanitizer; then
+  step "sanitizer: not in STEPS"
+elif command -v compute-sanitizer > /dev/null; then
+  sanitized() {
+    name=$1; tool=$2; shift 2
+    step "compute-sanitizer $tool: stress $*"
+    limited 90 compute-sanitizer --tool "$tool" --log-file "$OUT/$name.log" \
+      ./warpalloc --gpu stress --blocks 64 --threads 128 --iterations 4 --json "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+    echo "exit $?" >> "$OUT/$name.log"
+  }
+  sanitized synccheck-stress synccheck
+  sanitized memcheck-stress-pool memcheck --pool-slabs 1024 --large-one-in 0
+else
+  step "sanitizer: compute-sanitizer is not on PATH"
 fi
 
 step "report"

@@ -360,16 +360,19 @@ fn stage_candidate(stage: &Path, rev: &str) -> Result<()> {
     let commit = git(&["rev-parse", "--verify", &format!("{rev}^{{commit}}")])
         .with_context(|| format!("`{rev}` names no commit of this repository"))?;
     let worktree = root().join("target/candidate-src");
+    // A worktree an interrupted call left, with its folder or without
+    // (`cargo clean`): gone, and unregistered.
     if worktree.exists() {
         let _ = git(&["worktree", "remove", "--force", &worktree.to_string_lossy()]);
         if worktree.exists() {
             std::fs::remove_dir_all(&worktree)?;
         }
-        git(&["worktree", "prune"])?;
     }
+    git(&["worktree", "prune"])?;
     git(&[
         "worktree",
         "add",
+        "--force",
         "--detach",
         &worktree.to_string_lossy(),
         &commit,
