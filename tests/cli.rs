@@ -728,6 +728,26 @@ fn the_help_explains_the_columns_the_reports_print() {
     }
 }
 
+/// Runs the GPU check's report (`scripts/device-check/report.py`) on the
+/// outputs in `out`; its markdown (`device-check.md`, beside
+/// `device-check.json`).
+fn device_report(out: &std::path::Path) -> String {
+    let got = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/device-check/report.py"
+        ))
+        .arg(out)
+        .output()
+        .expect("python3 runs the report (the GPU machine has it; so does this one)");
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    std::fs::read_to_string(out.join("device-check.md")).expect("the report")
+}
+
 /// The GPU check's report (`scripts/device-check/report.py`, run on the GPU
 /// machine by `run.sh`) draws pairs per second against threads, warpalloc
 /// beside CUDA malloc and Gallatin, from the tool's own `bench --json`
@@ -781,21 +801,8 @@ fn the_device_report_draws_warpalloc_beside_its_peers() {
     };
     std::fs::write(out.join("baseline.jsonl"), peer("cuda", 1e3)).unwrap();
     std::fs::write(out.join("gallatin.jsonl"), peer("gallatin", 1e5)).unwrap();
-    let report = Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/scripts/device-check/report.py"
-        ))
-        .arg(&out)
-        .output()
-        .expect("python3 runs the report (the GPU machine has it; so does this one)");
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
+    let md = device_report(&out);
     let svg = std::fs::read_to_string(out.join("alloc-free.svg")).expect("the picture");
-    let md = std::fs::read_to_string(out.join("device-check.md")).expect("the report");
     let _ = std::fs::remove_dir_all(&out);
     for who in ["warpalloc", "CUDA malloc", "Gallatin"] {
         assert!(
@@ -851,20 +858,7 @@ fn the_device_report_sets_a_candidate_build_beside_this_one() {
     std::fs::write(out.join("bench-alloc-free-64.json"), mine.to_string()).unwrap();
     std::fs::write(out.join("bench-alloc-free-64.err"), "exit 0\n").unwrap();
     let report = |out: &std::path::Path| {
-        let got = Command::new("python3")
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/scripts/device-check/report.py"
-            ))
-            .arg(out)
-            .output()
-            .expect("python3 runs the report");
-        assert!(
-            got.status.success(),
-            "{}",
-            String::from_utf8_lossy(&got.stderr)
-        );
-        let md = std::fs::read_to_string(out.join("device-check.md")).expect("the report");
+        let md = device_report(out);
         let json: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(out.join("device-check.json")).expect("the JSON"),
         )
@@ -975,20 +969,7 @@ fn the_device_report_shows_the_sanitized_stress_runs() {
         "========= ERROR SUMMARY: 3 errors\nexit 1\n",
     )
     .unwrap();
-    let got = Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/scripts/device-check/report.py"
-        ))
-        .arg(&out)
-        .output()
-        .expect("python3 runs the report");
-    assert!(
-        got.status.success(),
-        "{}",
-        String::from_utf8_lossy(&got.stderr)
-    );
-    let md = std::fs::read_to_string(out.join("device-check.md")).expect("the report");
+    let md = device_report(&out);
     let _ = std::fs::remove_dir_all(&out);
     assert!(
         md.contains("## compute-sanitizer on the stress kernels"),

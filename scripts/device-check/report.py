@@ -164,6 +164,13 @@ def sanitizer_summary(path):
     }
 
 
+def sanitizer_texts(v):
+    """A sanitizer_summary's error count and exit as the report prints them."""
+    errors = "no ERROR SUMMARY" if v["errors"] is None else str(v["errors"])
+    status = "no exit status" if v["exit"] is None else exit_text(v["exit"])
+    return errors, status
+
+
 # warpalloc's slab geometry, as device/src/size_class.rs computes it (the
 # bench JSON does not report it): 2 MiB slabs, a 16-byte header, one bit per
 # block, the first block aligned to the block's power of two (4 KiB at most).
@@ -520,8 +527,7 @@ def main(out):
             stress = v.get("stress")
             stress = stress if isinstance(stress, dict) else {}
             kernels = stress.get("kernels", [])
-            errors = str(v["errors"]) if v["errors"] is not None else "no ERROR SUMMARY"
-            status = exit_text(v["exit"]) if v["exit"] is not None else "no exit status"
+            errors, status = sanitizer_texts(v)
             # No JSON (the run died before printing it): no report, not a verdict.
             verdict = "OK" if stress.get("ok") else "FAILED" if stress and "error" not in stress else "no report"
             traffic = sum(k.get("heap_traffic", 0) for k in kernels)
@@ -535,8 +541,9 @@ def main(out):
                   "(expected: no error) or while the kernel runs (memcheck reports it).")
         md.append("")
         for when, v in vmm.items():
-            errors = f"{v['errors']} error{'' if v['errors'] == 1 else 's'}" if v["errors"] is not None else "no ERROR SUMMARY"
-            status = exit_text(v["exit"]) if v["exit"] is not None else "no exit status"
+            errors, status = sanitizer_texts(v)
+            if v["errors"] is not None:
+                errors += " error" if v["errors"] == 1 else " errors"
             md.append(f"- mapped {when}: {errors}, {v['out_of_bounds']} invalid accesses reported, {status}")
     (out / "device-check.json").write_text(json.dumps(report, indent=2))
     md.append("")
