@@ -1569,6 +1569,144 @@ fn a_group_back_at_its_slab_is_served_whole_or_takes_what_an_exhausted_heap_has(
     }
 }
 
+/// Slabs with room three times over that a claim's look back must find
+/// before it sends its group back (`ROOM_BEHIND_SLABS` in
+/// `heap/search.rs`).
+const ROOM_BEHIND_SLABS: usize = 16;
+/// The slabs [`look_back`] fills: every one that may be freed, one more
+/// that is not, and the hint's.
+const LOOK_BACK_SLABS: usize = ROOM_BEHIND_SLABS + 2;
+/// The slab [`look_back`] frees most of, if it frees it.
+const ROOMIEST: usize = 5;
+
+/// A claim's look back (`room_behind` in `heap/search.rs`) on a heap where
+/// warp 0 (stream 0, the class's hint) filled `LOOK_BACK_SLABS` slabs of
+/// 8 KiB blocks one after the other, seven groups of 32 each, and warps 2
+/// to 7 freed the first `roomy` of them to 128 blocks (room for a group
+/// three times over; the `ROOMIEST` to 32, four times over). Warp `warp`
+/// then mallocs a group: warp 0 with its hint at the last slab (room for
+/// 31), a warp that never ran (no hint of its own) from the class's, the
+/// same slab. The slot after it is empty. Returns where the group was
+/// served (the slab's index, `LOOK_BACK_SLABS` for a new one) and how many
+/// slabs the host gave for it.
+fn look_back(roomy: usize, warp: usize) -> (usize, u64) {
+    const SIZE: u32 = 8 << 10;
+    assert_eq!(
+        geometry(class_index(SIZE)).usable,
+        255,
+        "7 groups of 32 a slab"
+    );
+    // Warp `warp` alone mallocs, in a launch of `warp + 1` warps.
+    let malloc = |heap: &mut Heap, warp: usize| -> Vec<u64> {
+        let sizes: Vec<u32> = (0..(warp + 1) * 32)
+            .map(|t| if t / 32 == warp { SIZE } else { 0 })
+            .collect();
+        let cfg = LaunchConfig::linear(warp as u32 + 1, 32)
+            .seed(0x1b4c)
+            .workers(1)
+            .convergence(Convergence::Converged);
+        let got = malloc_sizes_with(heap, &cfg, &sizes).0.split_off(warp * 32);
+        assert!(got.iter().all(|p| *p != 0), "{got:?}");
+        assert!(got.iter().all(|p| slab_of(p) == slab_of(&got[0])), "split");
+        got
+    };
+    let mut heap = heap(1 << 30, 64);
+    let mut slabs: Vec<(u64, Vec<u64>)> = Vec::new();
+    for _ in 0..LOOK_BACK_SLABS * 7 {
+        let got = malloc(&mut heap, 0);
+        match slabs.last_mut() {
+            Some((slab, held)) if *slab == slab_of(&got[0]) => held.extend(got),
+            _ => slabs.push((slab_of(&got[0]), got)),
+        }
+    }
+    assert!(
+        slabs.iter().all(|(_, held)| held.len() == 7 * 32),
+        "{LOOK_BACK_SLABS} slabs of seven groups: {:?}",
+        slabs.iter().map(|(_, held)| held.len()).collect::<Vec<_>>()
+    );
+    // Warps 2 to 7 (streams that never malloc) free three groups of each
+    // of the first `roomy` slabs, six of the `ROOMIEST`.
+    for (i, (_, held)) in slabs[..roomy].iter_mut().enumerate() {
+        let groups = if i == ROOMIEST { 6 } else { 3 };
+        let mut ptrs = vec![0; 64];
+        ptrs.extend(held.drain(..groups * 32));
+        ptrs.resize(8 * 32, 0);
+        free_counts(
+            &mut heap,
+            &LaunchConfig::linear(8, 32).seed(0x1b4d).workers(1),
+            &ptrs,
+        );
+    }
+    let before = heap.stats().expect("stats").traffic.slabs_from_provider;
+    let back = malloc(&mut heap, warp);
+    let made = heap.stats().expect("stats").traffic.slabs_from_provider - before;
+    let served = slabs
+        .iter()
+        .position(|(slab, _)| *slab == slab_of(&back[0]))
+        .unwrap_or(slabs.len());
+    let mut held: Vec<u64> = slabs.into_iter().flat_map(|(_, held)| held).collect();
+    held.extend(back);
+    free_counts(
+        &mut heap,
+        &LaunchConfig::linear(held.len().div_ceil(32) as u32, 32)
+            .seed(0x1b4e)
+            .workers(1),
+        &held,
+    );
+    let context = format!("room behind the hints, {roomy} roomy slabs, warp {warp}");
+    assert_clean(&Stats::default(), errors(&heap), &context);
+    assert_empty(&mut heap, &context);
+    (served, made)
+}
+
+/// Before a claim, a group looks back at its class's slabs from the class's
+/// start slot (`room_behind` in `heap/search.rs`): the room that a scan from
+/// its hint forward, past the class's newest slabs to the first empty slot,
+/// never sees. With 16 slabs behind its hint's freed to room for it three
+/// times over, warp 0's group is served in the one with room four times
+/// over (the sixth), and no slab is made. Without the look back (the code
+/// before), it claimed the slot after its hint's and made another.
+#[test]
+fn a_claim_looks_back_for_room_behind_the_hints_of_a_class_with_room() {
+    assert_eq!(
+        look_back(ROOM_BEHIND_SLABS, 0),
+        (ROOMIEST, 0),
+        "(slab served in, slabs made)"
+    );
+}
+
+/// The look back sends a group back only once it has found
+/// `ROOM_BEHIND_SLABS` slabs with room three times over: a class with
+/// fewer is growing, and its claims are the growth (in the contention
+/// test, a look back that took the first slab with room cut a debug
+/// build's cold launch at 8 KiB to 87 slabs, and its warm launch walked
+/// 0.127 extra rounds per group-malloc; BENCHMARKS.md). With 15 slabs
+/// freed, warp 0's group claims the slot after its hint's and is served in
+/// a new slab.
+#[test]
+fn a_claim_grows_a_class_with_few_slabs_with_room() {
+    assert_eq!(
+        look_back(ROOM_BEHIND_SLABS - 1, 0),
+        (LOOK_BACK_SLABS, 1),
+        "(slab served in, slabs made)"
+    );
+}
+
+/// A stream with no slab of its own does not look back: its group is new
+/// demand, and its claim grows the class (the contention test's rising
+/// demand grew less without this, and its path failed its bound;
+/// `look_or_claim` in `heap/search.rs`). Warp 20, which never ran, starts
+/// at the class's hint, the last slab, and claims the slot after it though
+/// 16 slabs behind have room.
+#[test]
+fn a_new_stream_claims_without_a_look_back() {
+    assert_eq!(
+        look_back(ROOM_BEHIND_SLABS, 20),
+        (LOOK_BACK_SLABS, 1),
+        "(slab served in, slabs made)"
+    );
+}
+
 /// A group away from its stream's slab wants room for itself three times
 /// over in the slots just after its hint (`headroom` in `heap/search.rs`):
 /// a slab there with room for it twice over is mostly runs that the warps

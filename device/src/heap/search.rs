@@ -13,7 +13,8 @@
 //!                               our lanes on it, wait for it, lock it ─► done
 //!                             being created, enough lanes on it: go on
 //!                               (and claim the next empty slot at once)
-//!                             empty: an emptied slab of the class near?
+//!                             empty: an emptied slab of the class near,
+//!                               or room in 16 of its slabs behind?
 //!                               scan again there; else claim ─► done
 //!                               (claimed by another first: scan again there)
 //!                             full / other class: next
@@ -351,6 +352,23 @@ impl Found {
         uniform: 0,
     };
 }
+
+/// Slots a claim looks back at for room behind the hints (`room_behind`),
+/// from the class's start slot.
+const LOOK_BACK: u32 = 128;
+/// The room a look back wants in a slab: the group's three times over
+/// (`guard::wanted`'s headroom 2).
+const ROOM_BEHIND_HEADROOM: u32 = 2;
+/// A slab with room for the group four times over is taken before the
+/// first with room three times over, if the look back meets one.
+const ROOMIEST_HEADROOM: u32 = 3;
+/// Slabs with room three times over that a look back must find before it
+/// sends the group back: fewer, and the class is growing (`room_behind`).
+const ROOM_BEHIND_SLABS: u32 = 16;
+/// `look_or_claim`'s word for "no emptied slab, and the stream has a slab
+/// of its own (a hint)": above any slot plus one.
+const OWN_HINT: u32 = u32::MAX;
+const _: () = assert!((super::MAX_SLOTS as u64) < OWN_HINT as u64);
 
 /// Classes with at least this many blocks a slab (up to 2 KiB blocks) lock
 /// their hint's slot without a look at its word first: the stream's hint
@@ -1054,13 +1072,15 @@ impl DeviceHeap {
     /// The scan of `group` (all calling) met empty slot `index`, which it
     /// would claim for `class`. Before it does (with `look`: LOOK, not
     /// CLAIM), its leader looks for an emptied slab of the class among the
-    /// `empties` marks (`own_empty`): one found, the caller's stream's hint
-    /// names it and the group scans again from there at once (AGAIN),
-    /// putting it back to use in place; none, the leader claims the slot
-    /// (CLAIMED: the group creates a slab in it) or, if another group took
-    /// it first, points its stream's hint at the slot and scans again from
-    /// there at once (AGAIN). (RETRY before: a drawn wait and a scan from
-    /// the hint, past the class's full slabs; see "Growth to the demand".)
+    /// `empties` marks (`own_empty`); if none, and its stream has a slab of
+    /// its own, the group looks back at the class's slabs for room
+    /// (`room_behind`). One found, the caller's stream's hint names it and
+    /// the group scans again from there at once (AGAIN), putting it back
+    /// to use; none, the leader claims the slot (CLAIMED: the group creates
+    /// a slab in it) or, if another group took it first, points its
+    /// stream's hint at the slot and scans again from there at once
+    /// (AGAIN). (RETRY before: a drawn wait and a scan from the hint, past
+    /// the class's full slabs; see "Growth to the demand".)
     ///
     /// Out of the scan's loop, so that its registers are not the loop's
     /// (inside it, `alloc_free` spilled on sm_80; ptxas, 2026-12-05). Before
@@ -1071,25 +1091,41 @@ impl DeviceHeap {
     /// 13 070 registrations (6.4 guard RMWs per warp-pair).
     fn look_or_claim(&self, group: u32, index: u32, class: usize, look: bool) -> u32 {
         let leader = simt::leader(group);
+        // The slot to scan again from, plus one (0: none); `OWN_HINT`
+        // until the look back, which a stream with no hint of its own does
+        // not make: its group is new demand (a rising one: in the
+        // contention test's `rising`, whose second launch at 8 KiB, looking
+        // back for every stream, grew to 92 to 96 slabs, not 103 to 106,
+        // and whose path went to 7.25 round trips per pair, bound 7, in 3
+        // of 8 debug runs; 2026-12-06).
+        let mut again = 0;
+        if look && simt::lane_id() == leader {
+            again = match self.own_empty(class, index) {
+                Some(empty) => empty + 1,
+                None if self
+                    .class_hint(class, self.stream())
+                    .load(Ordering::Relaxed)
+                    != 0 =>
+                {
+                    OWN_HINT
+                }
+                None => 0,
+            };
+        }
+        if look {
+            again = simt::shfl_u32(group, again, leader);
+            if again == OWN_HINT {
+                again = self.room_behind(group, class, index);
+            }
+        }
         let mut outcome = RETRY;
         if simt::lane_id() == leader {
-            let own = if look {
-                self.own_empty(class, index)
-            } else {
-                None
-            };
-            outcome = match own {
-                Some(empty) => {
-                    record(Event::Redirect);
-                    self.class_hint(class, self.stream())
-                        .store(empty + 1, Ordering::Relaxed);
-                    AGAIN
-                }
+            outcome = match again {
                 // Claimed only if still empty: a slot claimed or
                 // published since is the next scan's to meet (locking it
                 // here, as a scan does, registered the group on a creation
                 // that its next scan registered it on again).
-                None if self
+                0 if self
                     .slot(index)
                     .claim(creation_tag(class, group.count_ones())) =>
                 {
@@ -1108,16 +1144,91 @@ impl DeviceHeap {
                 // registers the group again — counted twice, the creation
                 // looks crowded early and more slabs are claimed. Those
                 // scan again from their own hint.
-                None => {
+                0 => {
                     if !locks_blind(geometry(class).usable, group.count_ones(), 0) {
                         self.class_hint(class, self.stream())
                             .store(index + 1, Ordering::Relaxed);
                     }
                     AGAIN
                 }
+                // An emptied slab of the class, or room behind the hints.
+                slot => {
+                    record(Event::Redirect);
+                    self.class_hint(class, self.stream())
+                        .store(slot, Ordering::Relaxed);
+                    AGAIN
+                }
             };
         }
         simt::shfl_u32(group, outcome, leader)
+    }
+
+    /// Before a claim of slot `index` (no emptied slab of the class near
+    /// it: `own_empty`), the group (all calling) looks back at the slots
+    /// from the class's start slot up to `index`, at most `LOOK_BACK` of
+    /// them, a slot a lane at a time: once `ROOM_BEHIND_SLABS` slabs of the
+    /// class have room for the group three times over, the first of them
+    /// with room four times over, else the first (its slot plus one: 0 for
+    /// none). The room behind the hints: a scan walks from its stream's
+    /// hint to the first empty slot, so a group whose hint names one of
+    /// the class's newest slabs, crowded at a launch's peak, claimed a new
+    /// slot while older slabs had room.
+    ///
+    /// Temporary traces of the contention test at 8 KiB (2026-12-06, the
+    /// build machine; BENCHMARKS.md "A look back at the claim, for a class
+    /// with room"): at the warm launch's claims (the code before), 101 to
+    /// 104 slabs of the class lay behind, 27 to 68 with room three times over; its scans
+    /// that met those creations failed the bound of 10 per 1 000
+    /// group-mallocs about one run in thirty. While the cold launch grew to
+    /// its demand of 65 slabs, at most 5 had that room at a claim, and at
+    /// most 16 until it had 95. Taking the first slab with room (twice or
+    /// four times over) starved that growth in some runs (a debug build's
+    /// cold launch 87 slabs, its warm launch's walk then 0.127 extra rounds
+    /// per group-malloc, bound 0.1): only a class with room in several
+    /// slabs sends its groups back.
+    ///
+    /// A lane a slot, not the leader alone: up to 128 loads a claim, on a
+    /// GPU each a round trip if made one after another; a warp's group
+    /// makes them in four rounds.
+    fn room_behind(&self, group: u32, class: usize, index: u32) -> u32 {
+        let slots = self.slot_count();
+        let start = start_slot(class, slots);
+        let geo = geometry(class);
+        let n = group.count_ones();
+        let rank = (group & simt::lanemask_lt()).count_ones();
+        // The slots from the start slot to `index`, around the table's end.
+        let span = ((index + slots - start) % slots).min(LOOK_BACK);
+        // Slots plus one (0: none yet).
+        let (mut base, mut roomy, mut first, mut roomiest) = (0, 0, 0, 0);
+        while base < span {
+            let (mut three, mut four) = (false, false);
+            if base + rank < span {
+                let seen = self.slot(wrap(start, base + rank, slots)).look();
+                let room = |headroom| {
+                    seen.worth_a_lock(class as u32, geo.usable, n, false, headroom, false)
+                };
+                (three, four) = (room(ROOM_BEHIND_HEADROOM), room(ROOMIEST_HEADROOM));
+            }
+            // The slot of the group's lowest lane in `lanes`, plus one.
+            let lowest = |lanes: u32| {
+                let below = group & ((1u32 << simt::leader(lanes)) - 1);
+                wrap(start, base + below.count_ones(), slots) + 1
+            };
+            let threes = simt::ballot(group, three);
+            let fours = simt::ballot(group, four);
+            if first == 0 && threes != 0 {
+                first = lowest(threes);
+            }
+            if roomiest == 0 && fours != 0 {
+                roomiest = lowest(fours);
+            }
+            roomy += threes.count_ones();
+            if roomy >= ROOM_BEHIND_SLABS {
+                return if roomiest != 0 { roomiest } else { first };
+            }
+            base += n;
+        }
+        0
     }
 
     /// The lanes of `group` (all calling) claimed slot `index`: they get a
