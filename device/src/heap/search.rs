@@ -1097,15 +1097,21 @@ impl DeviceHeap {
         // contention test's `rising`, whose second launch at 8 KiB, looking
         // back for every stream, grew to 92 to 96 slabs, not 103 to 106,
         // and whose path went to 7.25 round trips per pair, bound 7, in 3
-        // of 8 debug runs; 2026-12-06).
+        // of 8 debug runs; 2026-12-06). Nor does a claim of the class's
+        // start slot, with nothing behind it: the hint's load there, on
+        // the path of the race for a class's first slab, took the
+        // contention test's cold launch at 16 B from 9 to 9.75 round trips
+        // per pair on the path (sixteen release runs) to 12 to 16.5 (six;
+        // the code before, 13 to 18).
         let mut again = 0;
         if look && simt::lane_id() == leader {
             again = match self.own_empty(class, index) {
                 Some(empty) => empty + 1,
-                None if self
-                    .class_hint(class, self.stream())
-                    .load(Ordering::Relaxed)
-                    != 0 =>
+                None if index != start_slot(class, self.slot_count())
+                    && self
+                        .class_hint(class, self.stream())
+                        .load(Ordering::Relaxed)
+                        != 0 =>
                 {
                     OWN_HINT
                 }
