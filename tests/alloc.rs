@@ -1581,15 +1581,16 @@ const ROOMIEST: usize = 5;
 
 /// A claim's look back (`room_behind` in `heap/search.rs`) on a heap where
 /// warp 0 (stream 0, the class's hint) filled `LOOK_BACK_SLABS` slabs of
-/// 8 KiB blocks one after the other, seven groups of 32 each, and warps 2
-/// to 7 freed the first `roomy` of them to 128 blocks (room for a group
-/// three times over; the `ROOMIEST` to 32, four times over). Warp `warp`
-/// then mallocs a group: warp 0 with its hint at the last slab (room for
-/// 31), a warp that never ran (no hint of its own) from the class's, the
-/// same slab. The slot after it is empty. Returns where the group was
+/// 8 KiB blocks one after the other, seven groups of 32 each and half a
+/// warp more in the last, and warps 2 to 7 freed the first `roomy` of them
+/// to 128 blocks (room for a group of 32 three times over; the `ROOMIEST`
+/// to 32, four times over). Then `lanes` of warp `warp` malloc, a group:
+/// of warp 0, with its hint at the last slab (room for 15); of a warp
+/// that never ran (no hint of its own), from the class's hint, the same
+/// slab. The slot after it is empty. Returns where the group was
 /// served (the slab's index, `LOOK_BACK_SLABS` for a new one) and how many
 /// slabs the host gave for it.
-fn look_back(roomy: usize, warp: usize) -> (usize, u64) {
+fn look_back(roomy: usize, warp: usize, lanes: std::ops::Range<usize>) -> (usize, u64) {
     const SIZE: u32 = 8 << 10;
     assert_eq!(
         geometry(class_index(SIZE)).usable,
@@ -1597,15 +1598,21 @@ fn look_back(roomy: usize, warp: usize) -> (usize, u64) {
         "7 groups of 32 a slab"
     );
     // Warp `warp` alone mallocs, in a launch of `warp + 1` warps.
-    let malloc = |heap: &mut Heap, warp: usize| -> Vec<u64> {
+    let malloc = |heap: &mut Heap, warp: usize, lanes: std::ops::Range<usize>| -> Vec<u64> {
         let sizes: Vec<u32> = (0..(warp + 1) * 32)
-            .map(|t| if t / 32 == warp { SIZE } else { 0 })
+            .map(|t| {
+                if t / 32 == warp && lanes.contains(&(t % 32)) {
+                    SIZE
+                } else {
+                    0
+                }
+            })
             .collect();
         let cfg = LaunchConfig::linear(warp as u32 + 1, 32)
             .seed(0x1b4c)
             .workers(1)
             .convergence(Convergence::Converged);
-        let got = malloc_sizes_with(heap, &cfg, &sizes).0.split_off(warp * 32);
+        let got = malloc_sizes_with(heap, &cfg, &sizes).0[warp * 32..][lanes].to_vec();
         assert!(got.iter().all(|p| *p != 0), "{got:?}");
         assert!(got.iter().all(|p| slab_of(p) == slab_of(&got[0])), "split");
         got
@@ -1613,7 +1620,7 @@ fn look_back(roomy: usize, warp: usize) -> (usize, u64) {
     let mut heap = heap(1 << 30, 64);
     let mut slabs: Vec<(u64, Vec<u64>)> = Vec::new();
     for _ in 0..LOOK_BACK_SLABS * 7 {
-        let got = malloc(&mut heap, 0);
+        let got = malloc(&mut heap, 0, 0..32);
         match slabs.last_mut() {
             Some((slab, held)) if *slab == slab_of(&got[0]) => held.extend(got),
             _ => slabs.push((slab_of(&got[0]), got)),
@@ -1624,6 +1631,12 @@ fn look_back(roomy: usize, warp: usize) -> (usize, u64) {
         "{LOOK_BACK_SLABS} slabs of seven groups: {:?}",
         slabs.iter().map(|(_, held)| held.len()).collect::<Vec<_>>()
     );
+    // Half a warp more in the last slab: room for 15, so that no group of
+    // 16 or more is served there.
+    let half = malloc(&mut heap, 0, 16..32);
+    let (last, held) = slabs.last_mut().expect("slabs");
+    assert_eq!(slab_of(&half[0]), *last, "half a warp at its hint's slab");
+    held.extend(half);
     // Warps 2 to 7 (streams that never malloc) free three groups of each
     // of the first `roomy` slabs, six of the `ROOMIEST`.
     for (i, (_, held)) in slabs[..roomy].iter_mut().enumerate() {
@@ -1638,7 +1651,7 @@ fn look_back(roomy: usize, warp: usize) -> (usize, u64) {
         );
     }
     let before = heap.stats().expect("stats").traffic.slabs_from_provider;
-    let back = malloc(&mut heap, warp);
+    let back = malloc(&mut heap, warp, lanes.clone());
     let made = heap.stats().expect("stats").traffic.slabs_from_provider - before;
     let served = slabs
         .iter()
@@ -1646,14 +1659,15 @@ fn look_back(roomy: usize, warp: usize) -> (usize, u64) {
         .unwrap_or(slabs.len());
     let mut held: Vec<u64> = slabs.into_iter().flat_map(|(_, held)| held).collect();
     held.extend(back);
+    held.resize(held.len().next_multiple_of(32), 0);
     free_counts(
         &mut heap,
-        &LaunchConfig::linear(held.len().div_ceil(32) as u32, 32)
+        &LaunchConfig::linear(held.len() as u32 / 32, 32)
             .seed(0x1b4e)
             .workers(1),
         &held,
     );
-    let context = format!("room behind the hints, {roomy} roomy slabs, warp {warp}");
+    let context = format!("room behind the hints, {roomy} roomy slabs, warp {warp}, {lanes:?}");
     assert_clean(&Stats::default(), errors(&heap), &context);
     assert_empty(&mut heap, &context);
     (served, made)
@@ -1669,7 +1683,7 @@ fn look_back(roomy: usize, warp: usize) -> (usize, u64) {
 #[test]
 fn a_claim_looks_back_for_room_behind_the_hints_of_a_class_with_room() {
     assert_eq!(
-        look_back(ROOM_BEHIND_SLABS, 0),
+        look_back(ROOM_BEHIND_SLABS, 0, 0..32),
         (ROOMIEST, 0),
         "(slab served in, slabs made)"
     );
@@ -1686,8 +1700,21 @@ fn a_claim_looks_back_for_room_behind_the_hints_of_a_class_with_room() {
 #[test]
 fn a_claim_grows_a_class_with_few_slabs_with_room() {
     assert_eq!(
-        look_back(ROOM_BEHIND_SLABS - 1, 0),
+        look_back(ROOM_BEHIND_SLABS - 1, 0, 0..32),
         (LOOK_BACK_SLABS, 1),
+        "(slab served in, slabs made)"
+    );
+}
+
+/// A group of the last 16 lanes of warp 0 looks back too: its lanes load
+/// the slots by their rank in the group (lane 16 the class's first slot),
+/// and a slab with room for it four times over (64 blocks) comes first:
+/// the first slab, freed to 128 blocks.
+#[test]
+fn a_claim_of_part_of_a_warp_looks_back_by_rank() {
+    assert_eq!(
+        look_back(ROOM_BEHIND_SLABS, 0, 16..32),
+        (0, 0),
         "(slab served in, slabs made)"
     );
 }
@@ -1701,7 +1728,7 @@ fn a_claim_grows_a_class_with_few_slabs_with_room() {
 #[test]
 fn a_new_stream_claims_without_a_look_back() {
     assert_eq!(
-        look_back(ROOM_BEHIND_SLABS, 20),
+        look_back(ROOM_BEHIND_SLABS, 20, 0..32),
         (LOOK_BACK_SLABS, 1),
         "(slab served in, slabs made)"
     );

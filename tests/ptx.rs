@@ -367,11 +367,16 @@ fn allocator_paths_stay_within_their_register_budgets() {
     // back took 44 / 43 / 44 / 43, 47 / 45 / 46 / 45, 56 / 59 / 56 / 59,
     // and out of line 47 / 46 / 46 / 47, 48 / 50 / 48 / 49, 59 / 62 / 60 /
     // 61. BENCHMARKS.md, "A look back at the claim, for a class with room".
+    // Its look capped at four rounds (a lone lane's claim made up to 128
+    // loads one after another): sm_75 `alloc_free` 54 → 55, within its
+    // target and the same register allocation (a thread's registers go by
+    // eights: 56 for either). The same cap computed with `wrap` instead of
+    // `%` took 43 / 43 / 44 / 43, 46 / 47 / 46 / 47 and 55 / 58 / 57 / 58.
     const BUDGETS: &[(&str, [u32; 4])] = &[
         ("malloc_only", [43, 40, 44, 40]),
         ("free_only", [25, 26, 26, 28]),
         ("malloc_free_once", [46, 45, 45, 45]),
-        ("alloc_free", [54, 56, 55, 56]),
+        ("alloc_free", [55, 56, 55, 56]),
     ];
     let mut failures = String::new();
     for (&(kernel, budgets), &(target_kernel, targets)) in BUDGETS.iter().zip(TARGETS) {

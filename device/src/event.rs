@@ -29,8 +29,8 @@ pub enum Event {
     CreationWait = 5,
     /// A slot claimed for a new slab.
     Claim = 6,
-    /// A group about to claim sent to an emptied slab of its class
-    /// instead (`look_or_claim`).
+    /// A group about to claim sent to an emptied slab of its class, or to
+    /// room behind the hints, instead (`look_or_claim`).
     Redirect = 7,
     /// A round of the bitfield walk beyond a group's first: lanes whose
     /// word was taken probe again.

@@ -159,9 +159,11 @@ pub const fn admission(n: u32, usable: u32) -> u32 {
 /// The room a search for `n` lanes wants in a live slab of its class of
 /// `usable` blocks before it locks it ([`Seen::worth_a_lock`]):
 /// [`admission`]'s room times `1 + headroom` (0: none, 1: twice over, 2:
-/// three times over; search.rs, `headroom`, which asks three times over
-/// only in classes of 255 blocks a slab or more, where that is about half
-/// a slab or less), but admission's alone in a class of one block a slab —
+/// three times over, 3: four times over; search.rs, `headroom`, which asks
+/// three times over only in classes of 255 blocks a slab or more, where
+/// that is about half a slab or less, and `room_behind`, which asks three
+/// and four times over where three times fits a slab), but admission's
+/// alone in a class of one block a slab —
 /// twice the room is more than such a slab holds, and an empty slab of the
 /// class is worth a lock whatever a search wants.
 #[inline(always)]

@@ -14,8 +14,10 @@
 //!                             being created, enough lanes on it: go on
 //!                               (and claim the next empty slot at once)
 //!                             empty: an emptied slab of the class near,
-//!                               or room in 16 of its slabs behind?
-//!                               scan again there; else claim ─► done
+//!                               or (a stream with a hint of its own, past
+//!                               the class's first slot) room in 16 of
+//!                               its slabs behind? scan again there;
+//!                               else claim ─► done
 //!                               (claimed by another first: scan again there)
 //!                             full / other class: next
 //!   ─► the group: the first lanes, as many as the slab had room for, get a
@@ -141,7 +143,8 @@
 //! and goes on from it, so the class's full slabs behind the hint are not
 //! walked again: as a class grows, a malloc looks at its hint (full, once
 //! it fills) and the next slots, where the class's next slab is claimed — a
-//! cost that does not grow with the class's slabs. Worst case: a full hint
+//! cost that does not grow with the class's slabs. Only a claim looks
+//! behind the hint (`room_behind`): four rounds of one load a lane, at most. Worst case: a full hint
 //! with every slot after it full or of other classes: the scan walks the
 //! table once.
 //!
@@ -209,11 +212,12 @@ const NO_MEMORY: u32 = 3;
 const RETRY: u32 = 4;
 /// Outcome of a scan: it met an empty slot (the slot in
 /// `Found::reserved`) that it would claim; the group looks for an emptied
-/// slab of its class first (`look_or_claim`), and claims the slot only if
-/// there is none.
+/// slab of its class first, then for room behind the hints
+/// (`look_or_claim`), and claims the slot only if there is neither.
 const LOOK: u32 = 5;
 /// Outcome: scan again at once, with no wait — the lanes a slab had no
-/// room for, a group sent to an emptied slab of its class, or a group
+/// room for, a group sent to an emptied slab of its class or to room
+/// behind the hints, or a group
 /// whose claim another won (`look_or_claim`): nothing to wait for, unlike
 /// RETRY's creation in flight. (With the wait, the drawn sleep of these rounds was most of the
 /// sleep per pair in the contention test's warm launches: 10.7 of 15.6 ms
@@ -353,9 +357,13 @@ impl Found {
     };
 }
 
-/// Slots a claim looks back at for room behind the hints (`room_behind`),
-/// from the class's start slot.
-const LOOK_BACK: u32 = 128;
+/// Rounds of a claim's look back for room behind the hints (`room_behind`),
+/// one slot a lane each, from the class's start slot: 128 slots for a
+/// warp's group, and for a group of fewer than 4 lanes too few slots to
+/// find `ROOM_BEHIND_SLABS` (it claims, as before the look back), so that
+/// a lone lane's claim does not make 128 loads one after another.
+const LOOK_BACK_ROUNDS: u32 = 4;
+const _: () = assert!(LOOK_BACK_ROUNDS * simt::WARP_SIZE <= 128);
 /// The room a look back wants in a slab: the group's three times over
 /// (`guard::wanted`'s headroom 2).
 const ROOM_BEHIND_HEADROOM: u32 = 2;
@@ -365,8 +373,9 @@ const ROOMIEST_HEADROOM: u32 = 3;
 /// Slabs with room three times over that a look back must find before it
 /// sends the group back: fewer, and the class is growing (`room_behind`).
 const ROOM_BEHIND_SLABS: u32 = 16;
-/// `look_or_claim`'s word for "no emptied slab, and the stream has a slab
-/// of its own (a hint)": above any slot plus one.
+/// `look_or_claim`'s word for "no emptied slab, the claimed slot is not the
+/// class's start slot, and the stream has a slab of its own (a hint)":
+/// above any slot plus one.
 const OWN_HINT: u32 = u32::MAX;
 const _: () = assert!((super::MAX_SLOTS as u64) < OWN_HINT as u64);
 
@@ -1098,20 +1107,25 @@ impl DeviceHeap {
         // back for every stream, grew to 92 to 96 slabs, not 103 to 106,
         // and whose path went to 7.25 round trips per pair, bound 7, in 3
         // of 8 debug runs; 2026-12-06). Nor does a claim of the class's
-        // start slot, with nothing behind it: the hint's load there, on
-        // the path of the race for a class's first slab, took the
-        // contention test's cold launch at 16 B from 9 to 9.75 round trips
-        // per pair on the path (sixteen release runs) to 12 to 16.5 (six;
-        // the code before, 13 to 18).
+        // start slot, with nothing behind it: there the hint's load lies
+        // on the path of the race for the class's first slab, and the
+        // contention test's cold launch at 16 B, where every warp waits
+        // for that slab, took 12 to 16.5 round trips per pair on the path
+        // with it (six release runs; the code before, 13 to 18) and 9 to
+        // 9.75 without (sixteen): a claim that lands sooner is met by
+        // fewer groups walking `own_empty`'s marks (BENCHMARKS.md).
         let mut again = 0;
         if look && simt::lane_id() == leader {
+            let slots = self.slot_count();
             again = match self.own_empty(class, index) {
                 Some(empty) => empty + 1,
-                None if index != start_slot(class, self.slot_count())
-                    && self
+                None if index != start_slot(class, slots)
+                    && (self
                         .class_hint(class, self.stream())
                         .load(Ordering::Relaxed)
-                        != 0 =>
+                        & HINT_SLOT_MASK)
+                        .wrapping_sub(1)
+                        < slots =>
                 {
                     OWN_HINT
                 }
@@ -1171,11 +1185,15 @@ impl DeviceHeap {
 
     /// Before a claim of slot `index` (no emptied slab of the class near
     /// it: `own_empty`), the group (all calling) looks back at the slots
-    /// from the class's start slot up to `index`, at most `LOOK_BACK` of
-    /// them, a slot a lane at a time: once `ROOM_BEHIND_SLABS` slabs of the
-    /// class have room for the group three times over, the first of them
-    /// with room four times over, else the first (its slot plus one: 0 for
-    /// none). The room behind the hints: a scan walks from its stream's
+    /// from the class's start slot up to `index`, a slot per lane in each
+    /// of at most `LOOK_BACK_ROUNDS` rounds: once `ROOM_BEHIND_SLABS` slabs
+    /// of the class have room for the group three times over, the first
+    /// slab it met with room four times over (up to the round that found
+    /// the last of them), else the first with room three times over (its
+    /// slot plus one: 0 for none). Not in a class where three times the
+    /// group is more than a slab holds: a group of more than half a slab
+    /// wants 3 blocks there (`guard::admission`), which most slabs have, and
+    /// would be split. The room behind the hints: a scan walks from its stream's
     /// hint to the first empty slot, so a group whose hint names one of
     /// the class's newest slabs, crowded at a launch's peak, claimed a new
     /// slot while older slabs had room.
@@ -1193,7 +1211,7 @@ impl DeviceHeap {
     /// per group-malloc, bound 0.1): only a class with room in several
     /// slabs sends its groups back.
     ///
-    /// A lane a slot, not the leader alone: up to 128 loads a claim, on a
+    /// A slot per lane, not the leader alone: up to 128 loads a claim, on a
     /// GPU each a round trip if made one after another; a warp's group
     /// makes them in four rounds.
     fn room_behind(&self, group: u32, class: usize, index: u32) -> u32 {
@@ -1202,8 +1220,13 @@ impl DeviceHeap {
         let geo = geometry(class);
         let n = group.count_ones();
         let rank = (group & simt::lanemask_lt()).count_ones();
-        // The slots from the start slot to `index`, around the table's end.
-        let span = ((index + slots - start) % slots).min(LOOK_BACK);
+        // The slots from the start slot to `index`, around the table's end;
+        // none where three times the group is more than a slab holds.
+        let span = if n * (1 + ROOM_BEHIND_HEADROOM) <= geo.usable {
+            ((index + slots - start) % slots).min(LOOK_BACK_ROUNDS * n)
+        } else {
+            0
+        };
         // Slots plus one (0: none yet).
         let (mut base, mut roomy, mut first, mut roomiest) = (0, 0, 0, 0);
         while base < span {
