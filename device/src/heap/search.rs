@@ -1111,9 +1111,9 @@ impl DeviceHeap {
         // on the path of the race for the class's first slab, and the
         // contention test's cold launch at 16 B, where every warp waits
         // for that slab, took 12 to 16.5 round trips per pair on the path
-        // with it (six release runs; the code before, 13 to 18) and 9 to
-        // 9.75 without (sixteen): a claim that lands sooner is met by
-        // fewer groups walking `own_empty`'s marks (BENCHMARKS.md).
+        // with it (six release runs) and 9 to 9.75 without (sixteen). The
+        // code before, with no such load, took 13 to 18: why this form
+        // races better than it is not known (BENCHMARKS.md).
         let mut again = 0;
         if look && simt::lane_id() == leader {
             let slots = self.slot_count();
