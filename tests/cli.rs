@@ -29,6 +29,32 @@ fn warpalloc_json(args: &[&str]) -> serde_json::Value {
     })
 }
 
+/// The GPU check report tests' bench: alloc-free at 64 B, 256 and 512
+/// threads, in the simulator, as JSON (two rows).
+const REPORT_BENCH: &[&str] = &[
+    "--simulator",
+    "bench",
+    "--json",
+    "--sizes",
+    "64",
+    "--threads",
+    "256",
+    "512",
+    "--cases",
+    "alloc-free",
+    "--workers",
+    "1",
+];
+
+/// An empty temporary folder for the outputs a report test makes up:
+/// `warpalloc-<name>-<pid>`, emptied first.
+fn report_dir(name: &str) -> std::path::PathBuf {
+    let out = std::env::temp_dir().join(format!("warpalloc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).expect("a temporary directory");
+    out
+}
+
 #[test]
 fn demo_in_the_simulator_gives_every_thread_a_unique_ticket() {
     for convergence in ["converged", "random"] {
@@ -756,25 +782,10 @@ fn device_report(out: &std::path::Path) -> String {
 /// what is checked, not the figures.
 #[test]
 fn the_device_report_draws_warpalloc_beside_its_peers() {
-    let out = std::env::temp_dir().join(format!("warpalloc-report-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).expect("a temporary directory");
+    let out = report_dir("report");
     let (ok, json) = {
         let got = Command::new(env!("CARGO_BIN_EXE_warpalloc"))
-            .args([
-                "--simulator",
-                "bench",
-                "--json",
-                "--sizes",
-                "64",
-                "--threads",
-                "256",
-                "512",
-                "--cases",
-                "alloc-free",
-                "--workers",
-                "1",
-            ])
+            .args(REPORT_BENCH)
             .output()
             .expect("run the warpalloc binary");
         (
@@ -827,23 +838,8 @@ fn the_device_report_draws_warpalloc_beside_its_peers() {
 /// without a candidate there is no such section.
 #[test]
 fn the_device_report_sets_a_candidate_build_beside_this_one() {
-    let out = std::env::temp_dir().join(format!("warpalloc-candidate-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).expect("a temporary directory");
-    let mine = warpalloc_json(&[
-        "--simulator",
-        "bench",
-        "--json",
-        "--sizes",
-        "64",
-        "--threads",
-        "256",
-        "512",
-        "--cases",
-        "alloc-free",
-        "--workers",
-        "1",
-    ]);
+    let out = report_dir("candidate");
+    let mine = warpalloc_json(REPORT_BENCH);
     let mut theirs = mine.clone();
     let rows = theirs["rows"].as_array_mut().expect("bench rows");
     assert_eq!(rows.len(), 2, "{mine}");
@@ -938,9 +934,7 @@ fn the_device_report_sets_a_candidate_build_beside_this_one() {
 /// the stress report is the simulator's.
 #[test]
 fn the_device_report_shows_the_sanitized_stress_runs() {
-    let out = std::env::temp_dir().join(format!("warpalloc-sanitized-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).expect("a temporary directory");
+    let out = report_dir("sanitized");
     let stress = warpalloc_json(&[
         "--simulator",
         "stress",
