@@ -626,6 +626,14 @@ fn headroom(may_claim: bool, hinted: u32, offset: u32, usable: u32, n: u32) -> u
         )
 }
 
+/// Whether hint word `hint` names a slot of a table of `slot_count` (its
+/// slot field is the slot plus one; 0, or a slot beyond a table the host
+/// shrank, is no hint).
+#[inline(always)]
+fn names_a_slot(hint: u32, slot_count: u32) -> bool {
+    (hint & HINT_SLOT_MASK).wrapping_sub(1) < slot_count
+}
+
 /// The slot a class's first scan starts from (its hint until it has one): a
 /// hash of the class, spread over the table (murmur3's finaliser).
 #[inline(always)]
@@ -651,13 +659,13 @@ impl DeviceHeap {
             .class_hint(class, self.stream())
             .load(Ordering::Relaxed);
         // The slot's field is at least 1: subtracting 1 leaves the word's.
-        if (own & HINT_SLOT_MASK).wrapping_sub(1) < slot_count {
+        if names_a_slot(own, slot_count) {
             return own - 1;
         }
         NEWCOMER
             | match self.class_hint(class, 0).load(Ordering::Relaxed) {
                 // Another stream's block is not where this one freed.
-                h if (h & HINT_SLOT_MASK).wrapping_sub(1) < slot_count => (h - 1) & HINT_SLOT_MASK,
+                h if names_a_slot(h, slot_count) => (h - 1) & HINT_SLOT_MASK,
                 _ => start_slot(class, slot_count),
             }
     }
@@ -1120,12 +1128,11 @@ impl DeviceHeap {
             again = match self.own_empty(class, index) {
                 Some(empty) => empty + 1,
                 None if index != start_slot(class, slots)
-                    && (self
-                        .class_hint(class, self.stream())
-                        .load(Ordering::Relaxed)
-                        & HINT_SLOT_MASK)
-                        .wrapping_sub(1)
-                        < slots =>
+                    && names_a_slot(
+                        self.class_hint(class, self.stream())
+                            .load(Ordering::Relaxed),
+                        slots,
+                    ) =>
                 {
                     OWN_HINT
                 }
