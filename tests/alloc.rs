@@ -1314,12 +1314,18 @@ fn malloc_cost_stays_flat_as_one_class_grows() {
             ..HeapConfig::default()
         });
         // Fill `slabs` slabs of the class (a multiple of 32 slabs: whole
-        // warps): the next malloc needs a new slab.
+        // warps), one warp at a time, so that every slab is full: the
+        // next malloc needs a new slab. (With warps at once, groups that
+        // met a crowded creation pass the slots the groups before them
+        // fill, `crowded_past`, and the fill may leave a slab with
+        // scattered room, where the probe's walk takes extra rounds.)
         let threads = slabs * usable;
         let ptrs = buffer::<u64>(&heap, threads as usize);
         run(
             &mut heap,
-            &LaunchConfig::linear(threads / 32, 32).seed(9),
+            &LaunchConfig::linear(threads / 32, 32)
+                .seed(9)
+                .resident_warps(1),
             malloc_only::Args {
                 ptrs: ptrs.kernel_ptr(),
                 size: 8192,

@@ -372,11 +372,21 @@ fn allocator_paths_stay_within_their_register_budgets() {
     // target and the same register allocation (a thread's registers go by
     // eights: 56 for either). The same cap computed with `wrap` instead of
     // `%` took 43 / 43 / 44 / 43, 46 / 47 / 46 / 47 and 55 / 58 / 57 / 58.
+    // On 2026-12-06 (evening), a scan that registered on a crowded
+    // creation passes the slots the lanes counted before it will fill
+    // (`crowded_past`: under the simulator's timed schedule, scans per
+    // group-malloc 4.8 → 1.8 in the cold launch at 8 KiB): the sm_90
+    // columns' `alloc_free` 56 → 58, within its target and the same 4
+    // blocks of 256 threads an SM (57 to 64 registers take 2 048 a warp:
+    // 32 warps). The same without a division, by a loop, took 44 / 40 /
+    // 44 / 40, 47 / 45 / 46 / 45, 56 / 57 / 55 / 57; by a shift, 44 / 40 /
+    // 46 / 40, 47 / 45 / 46 / 45, 55 / 57 / 56 / 57. BENCHMARKS.md, "A
+    // timed schedule".
     const BUDGETS: &[(&str, [u32; 4])] = &[
         ("malloc_only", [43, 40, 44, 40]),
         ("free_only", [25, 26, 26, 28]),
         ("malloc_free_once", [46, 45, 45, 45]),
-        ("alloc_free", [55, 56, 55, 56]),
+        ("alloc_free", [55, 58, 55, 58]),
     ];
     let mut failures = String::new();
     for (&(kernel, budgets), &(target_kernel, targets)) in BUDGETS.iter().zip(TARGETS) {

@@ -22,6 +22,98 @@ pub enum Fibers {
     Threads,
 }
 
+/// The costs of a timed schedule ([`LaunchConfig::timed`]), in cycles of
+/// the modelled GPU's clock.
+///
+/// Untimed, the scheduler picks the next lane at random: every switch point
+/// — an atomic, a fence, a sleep, a collective — is one turn, in which any
+/// other resident lane may move once. A collective then weighs as much as
+/// a round trip to memory, and a `nanosleep` nothing. Timed, every lane
+/// has a time at which it is ready again, and the scheduler resumes the
+/// lane that is ready first (ties broken by the seed):
+///
+/// ```text
+///   lane at a switch point, at `now`          ready again at
+///   ─────────────────────────────────────────────────────────────────────
+///   atomic load                               now + rt
+///   read-modify-write on `a`                  t + rt/2, t = max(now + rt/2,
+///                                               busy[a] + same_address);
+///                                               busy[a] = t
+///   store, reduction (`red`: busy[a] too)     now + store
+///   fence                                     now + fence
+///   nanosleep(ns)                             now + ns · clock_mhz / 1000
+///   the last lane of a collective arrives     now + collective, every lane
+///   (and `issue` on top of each)
+///   rt: round_trip, drawn per access from ± jitter_percent / 2 around it
+/// ```
+///
+/// The access is made when the lane resumes: an atomic takes effect a
+/// round trip after it was asked for, in the order of those times, and a
+/// read-modify-write waits behind the others on its address (the L2
+/// serialises them). The launch's makespan is `LaunchStats::cycles`.
+/// This is a model, not a GPU: no bandwidth, no caches beyond the one
+/// latency, no issue slots shared between warps — its use is to weigh a
+/// collective (a few cycles) against a round trip (hundreds), which the
+/// untimed schedule cannot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// An atomic load's or read-modify-write's round trip to the L2.
+    pub round_trip: u32,
+    /// The spread of `round_trip`, in percent: each access draws from
+    /// `round_trip · (1 ± jitter_percent / 200)`.
+    pub jitter_percent: u32,
+    /// A store or a reduction: issued, not waited for.
+    pub store: u32,
+    /// A memory fence.
+    pub fence: u32,
+    /// A warp collective, from its last lane's arrival.
+    pub collective: u32,
+    /// How long a read-modify-write holds its address at the L2.
+    pub same_address: u32,
+    /// Cycles of every request on top of its own cost (the instructions
+    /// between switch points).
+    pub issue: u32,
+    /// The clock, for `nanosleep` and the lanes' clock readings.
+    pub clock_mhz: u32,
+}
+
+impl Timing {
+    /// An H100 / H200 (Hopper) as far as public measurements go: an L2 hit
+    /// about 260 cycles from an SM and more from the far partition
+    /// (Chips and Cheese, "Nvidia's H100: Funny L2, and Tons of
+    /// Bandwidth", 2023), so a round trip of 300 with ± 25 %; a collective
+    /// 20 cycles; the H200's boost clock of 1 980 MHz. The fence and the
+    /// store are estimates, not measurements. No same-address hold
+    /// (`same_address` 0): the H200 ran 1 M threads' four `fetch_add`s on
+    /// one counter each, beside their 4 M malloc/free pairs, in 3.3 ms
+    /// (1.28 G pairs/s, BENCHMARKS.md): under a cycle each, and the test
+    /// kernels' counters (one word for every lane) would swamp a makespan
+    /// held longer. The simulator's per-address counts
+    /// (`LaunchConfig::count_addresses`) show the allocator's hot words.
+    pub const fn hopper() -> Self {
+        Timing {
+            round_trip: 300,
+            jitter_percent: 50,
+            store: 10,
+            fence: 300,
+            collective: 20,
+            same_address: 0,
+            issue: 4,
+            clock_mhz: 1980,
+        }
+    }
+
+    /// `ns` nanoseconds in cycles.
+    pub(crate) fn cycles_of_ns(&self, ns: u64) -> u64 {
+        ns.saturating_mul(u64::from(self.clock_mhz)) / 1000
+    }
+
+    /// `cycles` in nanoseconds.
+    pub(crate) fn ns_of_cycles(&self, cycles: u64) -> u64 {
+        cycles.saturating_mul(1000) / u64::from(self.clock_mhz.max(1))
+    }
+}
+
 /// Under [`Convergence::Converged`], how many scheduling steps of a warp's
 /// other lanes a parked `activemask()` waits before it is released anyway.
 pub const CONVERGED_PATIENCE: u32 = 256;
@@ -67,6 +159,8 @@ pub struct LaunchConfig {
     /// The kernel's name, which lanes read with [`crate::kernel_name`] (for
     /// messages that name the kernel; "" when not set).
     pub kernel: &'static str,
+    /// A timed schedule ([`Timing`]), or `None`: the next lane at random.
+    pub timing: Option<Timing>,
 }
 
 /// The simulator's default [`LaunchConfig::capability`]: 9.0, the Hopper
@@ -98,6 +192,7 @@ impl LaunchConfig {
             capability: DEFAULT_CAPABILITY,
             watch: None,
             kernel: "",
+            timing: None,
         }
     }
 
@@ -146,6 +241,15 @@ impl LaunchConfig {
     /// `bytes`): `LaunchStats::watched_rmws`, `watched_hottest`.
     pub fn count_addresses(mut self, watch: (u64, u64)) -> Self {
         self.watch = Some(watch);
+        self
+    }
+
+    /// Schedules by time ([`Timing`]): the lane that is ready first goes
+    /// next, and the launch reports its makespan (`LaunchStats::cycles`).
+    /// Each worker keeps its own time: with several, their lanes meet in
+    /// real time, and the makespan is the longest worker's.
+    pub fn timed(mut self, timing: Timing) -> Self {
+        self.timing = Some(timing);
         self
     }
 

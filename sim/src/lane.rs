@@ -44,10 +44,15 @@ impl Kind {
 pub(crate) enum Request {
     /// First suspension of a coroutine lane: the address of its yielder.
     Hello(usize),
-    /// An atomic or fence: the scheduler may run another lane first.
-    Switch { site: Site },
-    /// `nanosleep`: like a switch.
-    Sleep { site: Site },
+    /// An atomic or fence: the scheduler may run another lane first. The
+    /// access the lane counted just before (`count_access_at`) and its
+    /// address, which a timed schedule weighs; `None` for a bare switch.
+    Switch {
+        site: Site,
+        access: Option<(Access, usize)>,
+    },
+    /// `nanosleep`: like a switch; a timed schedule waits the nanoseconds.
+    Sleep { site: Site, nanoseconds: u32 },
     /// `activemask()`: park until grouped.
     Activemask { site: Site },
     /// A sync collective.
@@ -64,11 +69,16 @@ pub(crate) struct Clock {
     pub(crate) deterministic: bool,
     pub(crate) steps: AtomicU64,
     pub(crate) start: Instant,
+    /// Under a timed schedule, the worker's virtual time in nanoseconds
+    /// (`Some`), which the lanes read.
+    pub(crate) timed_ns: Option<AtomicU64>,
 }
 
 impl Clock {
     fn now(&self) -> u64 {
-        if self.deterministic {
+        if let Some(ns) = &self.timed_ns {
+            ns.load(Ordering::Relaxed)
+        } else if self.deterministic {
             // Virtual time: one tick per scheduling step, scaled to look like
             // nanoseconds so that backoff arithmetic behaves as on the GPU.
             self.steps.load(Ordering::Relaxed).wrapping_mul(32)
@@ -95,6 +105,31 @@ pub enum Access {
     Reduction,
     /// A memory fence (any scope).
     Fence,
+}
+
+impl Access {
+    const ALL: [Access; 5] = [
+        Access::Load,
+        Access::Store,
+        Access::Rmw,
+        Access::Reduction,
+        Access::Fence,
+    ];
+
+    /// The access as a non-zero word (0 says "none").
+    fn code(self) -> u8 {
+        match self {
+            Access::Load => 1,
+            Access::Store => 2,
+            Access::Rmw => 3,
+            Access::Reduction => 4,
+            Access::Fence => 5,
+        }
+    }
+
+    fn of_code(code: u8) -> Option<Access> {
+        Access::ALL.into_iter().find(|a| a.code() == code)
+    }
 }
 
 /// Event counters a launch keeps for the code it runs
@@ -148,6 +183,11 @@ pub(crate) struct LaneCtx {
     /// Whether the lane waits on the host now (`wait_on_host`). Only its
     /// own lane touches it.
     pub(crate) on_host: std::sync::atomic::AtomicBool,
+    /// The access the lane counted last (`Access::code`; 0 for none) and
+    /// its address, which its next switch point hands to the scheduler.
+    /// Only its own lane touches them.
+    pub(crate) asked: std::sync::atomic::AtomicU8,
+    pub(crate) asked_addr: std::sync::atomic::AtomicUsize,
 }
 
 /// How the running lane gets back to its scheduler.
@@ -254,8 +294,9 @@ pub fn capability() -> (u32, u32) {
     with_ctx(|c| c.capability).unwrap_or(crate::DEFAULT_CAPABILITY)
 }
 
-/// A clock in nanoseconds: virtual (scheduling steps) in deterministic
-/// launches, so that replays see the same readings; real time otherwise.
+/// A clock in nanoseconds: the worker's virtual time under a timed schedule;
+/// else virtual (scheduling steps) in deterministic launches, so that
+/// replays see the same readings; real time otherwise.
 pub fn clock() -> u64 {
     with_ctx(|c| c.clock.now()).unwrap_or_else(|| {
         static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
@@ -273,6 +314,10 @@ pub fn clock() -> u64 {
 /// against its address too.
 pub fn count_access_at(access: Access, sys: bool, addr: usize) {
     count(access, sys);
+    let _ = with_ctx(|c| {
+        c.asked.store(access.code(), Ordering::Relaxed);
+        c.asked_addr.store(addr, Ordering::Relaxed);
+    });
     if matches!(access, Access::Rmw | Access::Reduction) {
         let _ = with_ctx(|c| {
             if let Some(map) = &c.accesses.by_address {
@@ -331,16 +376,24 @@ pub fn wait_on_host(waiting: bool) {
 }
 
 /// A switch point: call before every atomic and fence. The scheduler may run
-/// other lanes before this one goes on.
+/// other lanes before this one goes on; a timed schedule weighs the access
+/// the lane counted just before with [`count_access_at`].
 #[track_caller]
 pub fn switch_point() {
+    let access = with_ctx(|c| {
+        let code = c.asked.swap(0, Ordering::Relaxed);
+        Access::of_code(code).map(|a| (a, c.asked_addr.load(Ordering::Relaxed)))
+    })
+    .flatten();
     let _ = suspend(Request::Switch {
         site: Location::caller(),
+        access,
     });
 }
 
-/// `nanosleep`: a switch point (the simulator does not stall the worker);
-/// the nanoseconds asked for are counted (`LaunchStats::sleep_ns`).
+/// `nanosleep`: a switch point; the nanoseconds asked for are counted
+/// (`LaunchStats::sleep_ns`), and a timed schedule
+/// ([`crate::LaunchConfig::timed`]) waits them in virtual time.
 #[track_caller]
 pub fn sleep(nanoseconds: u32) {
     let _ = with_ctx(|c| {
@@ -353,6 +406,7 @@ pub fn sleep(nanoseconds: u32) {
     });
     if suspend(Request::Sleep {
         site: Location::caller(),
+        nanoseconds,
     })
     .is_none()
     {

@@ -67,6 +67,14 @@ pub struct LaunchStats {
     pub blocks: u64,
     /// Worker threads used.
     pub workers: usize,
+    /// Under a timed schedule (`LaunchConfig::timed`), the launch's
+    /// makespan in cycles of the modelled clock: the virtual time of its
+    /// last step (the most of any worker); 0 untimed.
+    pub cycles: u64,
+    /// Under a timed schedule, the warps' lives summed, in cycles: from
+    /// each warp's admission to its last lane's exit (÷ `warps`: a warp's
+    /// mean); 0 untimed.
+    pub warp_cycles: u64,
     /// Wall time of the launch.
     pub elapsed: Duration,
 }
@@ -139,6 +147,8 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
     let mut add = |s: WorkerStats| {
         totals.steps += s.steps;
         totals.collectives += s.collectives;
+        totals.cycles = totals.cycles.max(s.cycles);
+        totals.warp_cycles += s.warp_cycles;
         totals.atomic_loads += s.atomic_loads;
         totals.atomic_stores += s.atomic_stores;
         totals.atomic_rmws += s.atomic_rmws;
@@ -241,6 +251,8 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
             warps: totals.warps,
             blocks: totals.blocks,
             workers,
+            cycles: totals.cycles,
+            warp_cycles: totals.warp_cycles,
             elapsed: shared.start.elapsed(),
         }),
     }

@@ -52,6 +52,18 @@
 //! * A launch that runs past its watchdog (wall time, or `max_steps` scheduling
 //!   steps) fails with where each lane waits.
 //!
+//! # Schedules
+//!
+//! By default the scheduler resumes a runnable lane drawn at random: every
+//! switch point is a turn in which any other lane may move, whatever the
+//! switch point costs on a GPU. [`LaunchConfig::timed`] schedules by time
+//! instead ([`Timing`]): each lane is ready again a round trip after an
+//! atomic load or read-modify-write, a few cycles after a collective, the
+//! nanoseconds of a `nanosleep` after it, and the lane ready first goes
+//! next; the launch reports its makespan and its warps' lives in cycles
+//! (`LaunchStats::cycles`, `warp_cycles`). Both are a pure function of
+//! the seed with one worker.
+//!
 //! # Architecture
 //!
 //! Every collective behaves as on sm_70 and later. Device code that takes a
@@ -72,7 +84,9 @@ mod lane;
 mod launch;
 mod worker;
 
-pub use config::{CONVERGED_PATIENCE, Convergence, DEFAULT_CAPABILITY, Fibers, LaunchConfig};
+pub use config::{
+    CONVERGED_PATIENCE, Convergence, DEFAULT_CAPABILITY, Fibers, LaunchConfig, Timing,
+};
 pub use error::{LaneReport, LaneState, SimError, SimErrorKind};
 pub use lane::{
     Access, EVENTS, activemask, ballot, binding, block_dim, block_idx, capability, clock,

@@ -1,8 +1,10 @@
 //! One worker: a seeded scheduler over the lanes of the blocks it owns.
 //!
 //! ```text
-//!   runnable: [(warp, lane), ...]      pick one at random (seeded), resume it,
-//!        │                             and act on the request it suspends with
+//!   runnable: [(warp, lane), ...]      pick one at random (seeded) — or, under
+//!        │                             a timed schedule, the one ready first —
+//!        │                             resume it, and act on the request it
+//!        │                             suspends with
 //!        ▼
 //!   Switch / Sleep ──► runnable again
 //!   Activemask     ──► parked at its site until grouped (convergence policy)
@@ -12,12 +14,18 @@
 //!                      block's last warp makes room for the next block
 //! ```
 //!
+//! Timed (`LaunchConfig::timed`), `runnable` is a heap ordered by the time
+//! each lane is ready again (`config::Timing` has the costs), and `now`
+//! is the time of the lane last resumed: never decreasing, the launch's
+//! makespan at its end.
+//!
 //! Invariants (checked by `check` in debug builds):
 //! `warp.active == |{entries of runnable for that warp}|`, and a lane is in
 //! `runnable` iff its state is `Ready`, or `Activemask` under
 //! `Convergence::Random`.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -26,10 +34,10 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use crate::config::{CONVERGED_PATIENCE, Convergence, Fibers, LaunchConfig};
+use crate::config::{CONVERGED_PATIENCE, Convergence, Fibers, LaunchConfig, Timing};
 use crate::error::{LaneReport, LaneState, SimErrorKind};
 use crate::fiber::{CoroutineFiber, Fiber, KernelRef, Resumed, ThreadFiber};
-use crate::lane::{Accesses, Clock, Kind, LaneCtx, Request, Site};
+use crate::lane::{Access, Accesses, Clock, Kind, LaneCtx, Request, Site};
 
 /// State shared by the workers of one launch.
 pub(crate) struct Shared {
@@ -121,6 +129,8 @@ struct Warp {
     active: u32,
     /// Steps of this warp's lanes since the oldest parked lane parked.
     patience: u32,
+    /// The virtual time it was admitted at (timed).
+    admitted: u64,
 }
 
 struct Block {
@@ -145,6 +155,11 @@ pub(crate) struct WorkerStats {
     pub(crate) least_round_trips: u64,
     pub(crate) events: [u64; crate::lane::EVENTS],
     pub(crate) collectives: u64,
+    /// Under a timed schedule, the virtual time of the last step (cycles).
+    pub(crate) cycles: u64,
+    /// Under a timed schedule, the warps' lives (admission to retirement)
+    /// summed, in cycles.
+    pub(crate) warp_cycles: u64,
     pub(crate) lanes: u64,
     pub(crate) warps: u64,
     pub(crate) blocks: u64,
@@ -164,6 +179,14 @@ pub(crate) struct Worker<'a> {
     free_warps: Vec<usize>,
     resident_warps: usize,
     runnable: Vec<(u32, u8)>,
+    /// Under a timed schedule: the costs, and the runnable lanes by the
+    /// time they are ready (then a draw of the seed, for ties).
+    timing: Option<Timing>,
+    ready: BinaryHeap<Reverse<(u64, u64, u32, u8)>>,
+    /// The virtual time (cycles) of the lane last resumed.
+    now: u64,
+    /// When each address's last read-modify-write took effect (timed).
+    busy: HashMap<usize, u64>,
     stats: WorkerStats,
 }
 
@@ -188,6 +211,7 @@ impl<'a> Worker<'a> {
                 deterministic: cfg.is_deterministic(),
                 steps: AtomicU64::new(0),
                 start: shared.start,
+                timed_ns: cfg.timing.map(|_| AtomicU64::new(0)),
             }),
             accesses: Arc::new(Accesses {
                 by_address: shared.by_address.clone(),
@@ -199,6 +223,10 @@ impl<'a> Worker<'a> {
             free_warps: Vec::new(),
             resident_warps: 0,
             runnable: Vec::new(),
+            timing: cfg.timing,
+            ready: BinaryHeap::new(),
+            now: 0,
+            busy: HashMap::new(),
             stats: WorkerStats {
                 least_round_trips: u64::MAX,
                 ..WorkerStats::default()
@@ -228,6 +256,7 @@ impl<'a> Worker<'a> {
         self.stats.sleep_ns = self.accesses.sleep_ns.load(Ordering::Relaxed);
         self.stats.host_wait_ns = self.accesses.host_wait_ns.load(Ordering::Relaxed);
         self.stats.fences = self.accesses.fences.load(Ordering::Relaxed);
+        self.stats.cycles = self.now;
         for (total, event) in self.stats.events.iter_mut().zip(&self.accesses.events) {
             *total = event.load(Ordering::Relaxed);
         }
@@ -247,7 +276,7 @@ impl<'a> Worker<'a> {
     fn run_inner(&mut self) -> Result<(), SimErrorKind> {
         self.admit()?;
         loop {
-            if self.runnable.is_empty() {
+            if self.runnable.is_empty() && self.ready.is_empty() {
                 if self.resident_warps == 0 {
                     return Ok(());
                 }
@@ -260,12 +289,68 @@ impl<'a> Worker<'a> {
             }
             self.stats.steps += 1;
             self.clock.steps.store(self.stats.steps, Ordering::Relaxed);
-            let pick = self.rng.random_range(0..self.runnable.len());
-            let (w, l) = self.runnable.swap_remove(pick);
+            let (w, l) = self.pick();
             self.step(w as usize, l as usize)?;
             #[cfg(debug_assertions)]
             if self.stats.steps.is_multiple_of(4096) {
                 self.check();
+            }
+        }
+    }
+
+    /// The next lane to resume, taken off `runnable`: at random, or the
+    /// one ready first (the clock moves to its time).
+    fn pick(&mut self) -> (u32, u8) {
+        if self.timing.is_some() {
+            let Some(Reverse((at, _, w, l))) = self.ready.pop() else {
+                unreachable!("picked from an empty heap");
+            };
+            self.now = self.now.max(at);
+            if let Some(ns) = &self.clock.timed_ns
+                && let Some(timing) = &self.timing
+            {
+                ns.store(timing.ns_of_cycles(self.now), Ordering::Relaxed);
+            }
+            return (w, l);
+        }
+        let pick = self.rng.random_range(0..self.runnable.len());
+        self.runnable.swap_remove(pick)
+    }
+
+    /// Under a timed schedule, when a lane at `now` that asks for `access`
+    /// at `addr` (or sleeps `sleep` ns; a bare switch with neither) is ready
+    /// again (`config::Timing` has the model); `now` untimed.
+    fn ready_after(&mut self, access: Option<(Access, usize)>, sleep: u32) -> u64 {
+        let Some(t) = self.timing else {
+            return self.now;
+        };
+        let issue = self.now + u64::from(t.issue);
+        let spread = u64::from(t.round_trip) * u64::from(t.jitter_percent) / 100;
+        let mut round_trip = || {
+            let low = u64::from(t.round_trip) - spread / 2;
+            low + self.rng.random_range(0..=spread)
+        };
+        match access {
+            None => issue + t.cycles_of_ns(u64::from(sleep)),
+            Some((Access::Load, _)) => issue + round_trip(),
+            Some((Access::Fence, _)) => issue + u64::from(t.fence),
+            Some((kind @ (Access::Rmw | Access::Reduction | Access::Store), addr)) => {
+                let trip = round_trip();
+                if kind == Access::Store {
+                    return issue + u64::from(t.store);
+                }
+                // At the L2 half a round trip on, behind the address's last.
+                let arrive = issue + trip / 2;
+                let at = match self.busy.get(&addr) {
+                    Some(&last) => arrive.max(last + u64::from(t.same_address)),
+                    None => arrive,
+                };
+                self.busy.insert(addr, at);
+                if kind == Access::Reduction {
+                    issue + u64::from(t.store)
+                } else {
+                    at + (trip - trip / 2)
+                }
             }
         }
     }
@@ -355,6 +440,8 @@ impl<'a> Worker<'a> {
                     accesses: Arc::clone(&self.accesses),
                     trips: AtomicU64::new(0),
                     on_host: AtomicBool::new(false),
+                    asked: std::sync::atomic::AtomicU8::new(0),
+                    asked_addr: std::sync::atomic::AtomicUsize::new(0),
                 });
                 let fiber = match cfg.fibers {
                     Fibers::Coroutines => {
@@ -391,6 +478,7 @@ impl<'a> Worker<'a> {
                 parked: 0,
                 active: count,
                 patience: 0,
+                admitted: self.now,
             };
             let index = match self.free_warps.pop() {
                 Some(index) => {
@@ -402,8 +490,9 @@ impl<'a> Worker<'a> {
                     self.warps.len() - 1
                 }
             };
+            let at = self.now;
             for lane in 0..count {
-                self.runnable.push((index as u32, lane as u8));
+                self.queue_lane(index as u32, lane as u8, at);
             }
             self.resident_warps += 1;
             self.stats.warps += 1;
@@ -422,8 +511,23 @@ impl<'a> Worker<'a> {
     }
 
     fn push_runnable(&mut self, w: usize, lane: usize) {
+        let at = self.now + self.timing.map_or(0, |t| u64::from(t.issue));
+        self.push_runnable_at(w, lane, at);
+    }
+
+    /// Puts lane `lane` of warp `w` on `runnable`, ready at `at` (timed).
+    fn push_runnable_at(&mut self, w: usize, lane: usize, at: u64) {
         self.warp_mut(w).active += 1;
-        self.runnable.push((w as u32, lane as u8));
+        self.queue_lane(w as u32, lane as u8, at);
+    }
+
+    fn queue_lane(&mut self, w: u32, lane: u8, at: u64) {
+        if self.timing.is_some() {
+            let tie = self.rng.random::<u64>();
+            self.ready.push(Reverse((at, tie, w, lane)));
+        } else {
+            self.runnable.push((w, lane));
+        }
     }
 
     /// Runs lane `l` of warp `w` (just taken off `runnable`) to its next
@@ -453,11 +557,18 @@ impl<'a> Worker<'a> {
             Resumed::Request(Request::Hello(_)) => {
                 unreachable!("a coroutine announces its yielder when created")
             }
-            Resumed::Request(Request::Switch { site } | Request::Sleep { site }) => {
+            Resumed::Request(
+                request @ (Request::Switch { site, .. } | Request::Sleep { site, .. }),
+            ) => {
                 let slot = &mut self.warp_mut(w).lanes[l];
                 slot.site = Some(site);
                 slot.reply = 0;
-                self.push_runnable(w, l);
+                let at = match request {
+                    Request::Switch { access, .. } => self.ready_after(access, 0),
+                    Request::Sleep { nanoseconds, .. } => self.ready_after(None, nanoseconds),
+                    _ => unreachable!("matched above"),
+                };
+                self.push_runnable_at(w, l, at);
             }
             Resumed::Request(Request::Activemask { site }) => {
                 let warp = self.warp_mut(w);
@@ -689,7 +800,8 @@ impl<'a> Worker<'a> {
             let warp = self.warp_mut(w);
             warp.lanes[j].state = SlotState::Ready;
             warp.lanes[j].reply = reply;
-            self.push_runnable(w, j);
+            let at = self.now + self.timing.map_or(0, |t| u64::from(t.collective));
+            self.push_runnable_at(w, j, at);
         }
     }
 
@@ -729,6 +841,7 @@ impl<'a> Worker<'a> {
             .unwrap_or(0);
         self.stats.round_trips += trips;
         self.stats.least_round_trips = self.stats.least_round_trips.min(trips);
+        self.stats.warp_cycles += self.now - warp.admitted;
         let block_slot = warp.block_slot;
         drop(warp);
         let done = match self.blocks[block_slot].as_mut() {
@@ -806,7 +919,8 @@ impl<'a> Worker<'a> {
     #[cfg(debug_assertions)]
     fn check(&self) {
         let mut counts = vec![0u32; self.warps.len()];
-        for &(w, l) in &self.runnable {
+        let timed = self.ready.iter().map(|&Reverse((_, _, w, l))| (w, l));
+        for (w, l) in self.runnable.iter().copied().chain(timed) {
             counts[w as usize] += 1;
             let warp = self.warps[w as usize].as_ref();
             let state = warp.map(|warp| warp.lanes[l as usize].state);

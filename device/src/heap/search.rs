@@ -64,6 +64,18 @@
 //! raced for it, the losers walked the class's slabs again, and each
 //! malloc took more than 4 scans one time in ten at 8 KiB.
 //!
+//! A group that registered on a crowded creation of its class knows its
+//! place in line: the lanes counted before its own. The creation serves
+//! the first of them, and the others go on and fill a slab each in the
+//! slots after it, so the group passes the slots that the lanes before it
+//! will fill (`crowded_past`, at most `CROWD_PASS`) and claims or counts
+//! on the one after. Without it, when every warp of a launch reaches the
+//! class's frontier at once — as a GPU starts a launch's resident blocks,
+//! and as the simulator's timed schedule does — each group registered on
+//! every creation in turn until one had room: at 8 KiB, 2.7 registrations
+//! and 4.8 scans per group-malloc in the contention test's cold launch,
+//! 1.3 and 1.8 with it (BENCHMARKS.md, "A timed schedule").
+//!
 //! # Spreading
 //! Each class has a hint per stream — the heap keeps one stream per
 //! resident warp (`HeapConfig::streams`; 8 192 on an H200) and a warp's
@@ -281,6 +293,12 @@ const _: () = assert!((RETRY as u64) < SLAB_SIZE && (NO_MEMORY as u64) < SLAB_SI
 #[cfg(not(target_arch = "nvptx64"))]
 const LONG_SEARCH: u32 = 4;
 
+/// The most slots beyond the next that a scan passes after a crowded
+/// creation of its class (`crowded_past`): a count inflated by lanes that
+/// only steer (a free's, a blind lock's: guard.rs) leaves at most this
+/// many slots behind, which later scans fill.
+const CROWD_PASS: u32 = 8;
+
 /// Marks of `empties` a claim tries to take over once the provider refused
 /// (a mark is stale when its slab's class took the slab again).
 const TAKE_OVER_TRIES: u32 = 4;
@@ -435,6 +453,17 @@ const BLIND_LOCK_USABLE: u32 = 1024;
 /// warp's group four times over (`HINT_ROOMY`, `ROOMY_BLOCKS`).
 const ROOMY: u32 = HINT_ROOMY << HINT_BLOCK_SHIFT;
 const _: () = assert!(ROOMY < NEWCOMER);
+
+/// How many slots, beyond the next, a scan passes after a creation of its
+/// class on which `before` lanes were counted before it (slabs of `usable`
+/// blocks): the lanes beyond the creation's room go on too, and fill a
+/// slab each `usable` of them in the slots after it — in the order they
+/// were counted, when a launch's groups reach the class's frontier at
+/// once. At most `CROWD_PASS`.
+#[inline(always)]
+fn crowded_past(before: u32, usable: u32) -> u32 {
+    (before / usable).saturating_sub(1).min(CROWD_PASS)
+}
 
 /// Whether a scan of `n` lanes in a class of `usable` blocks a slab,
 /// starting at the hint word `hinted`, locks its hint's slot without a
@@ -1039,6 +1068,10 @@ impl DeviceHeap {
                             // `MAX_TRIES` waits).
                             if c.class == class as u32 && c.lanes > geo.usable {
                                 hinted = CROWDED;
+                                // Past the slots that the lanes counted
+                                // before ours will fill: our place in the
+                                // creation's count is our place in line.
+                                offset += crowded_past(c.lanes - n, geo.usable);
                             }
                             record(Event::Registration)
                         }
@@ -1579,6 +1612,24 @@ mod tests {
     /// hint: the slot (7), and the block field `field` above it.
     fn own(field: u32) -> u32 {
         (field << HINT_BLOCK_SHIFT) | 7
+    }
+
+    #[test]
+    fn a_scan_passes_the_slabs_the_lanes_counted_before_it_will_fill() {
+        // 8 KiB: 255 blocks a slab. Counted within the creation's room, or
+        // past it by less than a slab: the next slot, as before.
+        let usable = 255;
+        assert_eq!(crowded_past(0, usable), 0);
+        assert_eq!(crowded_past(254, usable), 0);
+        assert_eq!(crowded_past(2 * usable - 1, usable), 0);
+        // A slab's worth beyond the creation's room: that slab's slot is
+        // passed too; three: three.
+        assert_eq!(crowded_past(2 * usable, usable), 1);
+        assert_eq!(crowded_past(4 * usable + 7, usable), 3);
+        // A count inflated by lanes that only steer passes no more than
+        // `CROWD_PASS` slots.
+        assert_eq!(crowded_past(1 << 23, usable), CROWD_PASS);
+        assert_eq!(crowded_past(u32::MAX, 1), CROWD_PASS);
     }
 
     #[test]
