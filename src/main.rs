@@ -66,6 +66,12 @@ struct ScheduleArgs {
     /// launch past it fails with where each lane waits.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     watchdog: Option<u64>,
+    /// Simulator: schedule by time, not by turns — a round trip 300
+    /// cycles, a collective 20, a nanosleep its time (an H100/H200 as far
+    /// as public measurements go) — and report a warp's mean cycles per
+    /// pair (bench: `sim_cycles_per_pair`).
+    #[arg(long)]
+    timed: bool,
 }
 
 /// A byte count: digits with an optional unit, e.g. `67108864`, `64MiB`,
@@ -129,6 +135,7 @@ impl ScheduleArgs {
             },
             capability: self.capability,
             watchdog: self.watchdog.map(std::time::Duration::from_secs),
+            timed: self.timed,
         }
     }
 }

@@ -455,6 +455,47 @@ fn bench_prints_every_case_and_keeps_going_past_a_failed_one() {
     assert!(text.contains("1 case(s) failed"), "{text}");
 }
 
+/// `--timed` schedules the simulator by time: the report names the model
+/// and each row a warp's mean cycles per pair — at least the path's round
+/// trips (7 of 300 cycles each), and none without it.
+#[test]
+fn bench_timed_reports_cycles_per_pair() {
+    let args = [
+        "--simulator",
+        "bench",
+        "--json",
+        "--cases",
+        "alloc-free",
+        "--sizes",
+        "64",
+        "--threads",
+        "256",
+        "--workers",
+        "1",
+    ];
+    let timed: Vec<&str> = args.iter().copied().chain(["--timed"]).collect();
+    let report = warpalloc_json(&timed);
+    let timing = report["settings"]["simulator_timing"].as_str();
+    assert!(
+        timing.is_some_and(|t| t.contains("round_trip: 300")),
+        "{report}"
+    );
+    let cycles = report["rows"][0]["sim_cycles_per_pair"].as_f64();
+    assert!(
+        cycles.is_some_and(|c| (7.0 * 300.0..100_000.0).contains(&c)),
+        "{report}"
+    );
+    let untimed = warpalloc_json(&args);
+    assert!(
+        untimed["settings"]["simulator_timing"].is_null(),
+        "{untimed}"
+    );
+    assert!(
+        untimed["rows"][0]["sim_cycles_per_pair"].is_null(),
+        "{untimed}"
+    );
+}
+
 #[test]
 fn bench_runs_the_cases_asked_for() {
     let (ok, text) = warpalloc(&[

@@ -73,7 +73,7 @@ fn each_access_costs_what_the_model_says() {
 #[test]
 #[cfg_attr(
     miri,
-    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+    ignore = "32 lanes or more: each an OS thread under Miri (minutes); runs natively"
 )]
 fn the_lane_ready_first_goes_first() {
     // Odd lanes store (10 cycles), even lanes load (300): every store is
@@ -120,7 +120,7 @@ fn a_timed_sleep_is_waited_and_the_clock_reads_virtual_time() {
 #[test]
 #[cfg_attr(
     miri,
-    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+    ignore = "32 lanes or more: each an OS thread under Miri (minutes); runs natively"
 )]
 fn read_modify_writes_on_one_address_wait_their_turn() {
     let t = Timing {
@@ -144,7 +144,7 @@ fn read_modify_writes_on_one_address_wait_their_turn() {
 #[test]
 #[cfg_attr(
     miri,
-    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+    ignore = "32 lanes or more: each an OS thread under Miri (minutes); runs natively"
 )]
 fn a_timed_launch_replays_its_seed() {
     let run = |seed: u64| {
@@ -171,7 +171,7 @@ fn a_timed_launch_replays_its_seed() {
 #[test]
 #[cfg_attr(
     miri,
-    ignore = "hundreds of lanes: each an OS thread under Miri; runs natively"
+    ignore = "32 lanes or more: each an OS thread under Miri (minutes); runs natively"
 )]
 fn warp_cycles_sum_each_warps_life() {
     let t = exact();

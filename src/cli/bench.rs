@@ -94,6 +94,10 @@ pub struct Row {
     /// The simulator's atomic operations at system scope per pair, warm
     /// (the RPC mailbox's; every other access is at device scope).
     pub sim_sys_per_pair: Option<f64>,
+    /// Under the simulator's timed schedule (`--timed`): a warp's mean
+    /// cycles per pair, warm — its life from admission to its last lane's
+    /// exit over its lanes' pairs (the kernel's own work included).
+    pub sim_cycles_per_pair: Option<f64>,
     pub note: String,
     /// Why the case failed (the other fields are then empty).
     pub error: Option<String>,
@@ -119,6 +123,7 @@ impl Row {
             sim_rmws_per_pair: None,
             sim_loads_per_pair: None,
             sim_sys_per_pair: None,
+            sim_cycles_per_pair: None,
             note: String::new(),
             error: Some(why.to_string()),
             snapshot: None,
@@ -133,6 +138,7 @@ struct PerPair {
     rmws: Option<f64>,
     loads: Option<f64>,
     sys: Option<f64>,
+    cycles: Option<f64>,
 }
 
 /// Where the cases run: the launcher's preference and the simulator's
@@ -264,6 +270,11 @@ fn one_launch<K: Kernel>(
             rmws: per(sim.atomic_rmws),
             loads: per(sim.atomic_loads),
             sys: per(sim.sys_loads + sim.sys_stores + sim.sys_rmws),
+            // A warp's mean life over a lane's pairs.
+            cycles: (sim.warp_cycles > 0).then(|| {
+                let life = sim.warp_cycles as f64 / sim.warps.max(1) as f64;
+                life / (s.allocs as f64 / sim.lanes.max(1) as f64)
+            }),
         };
     }
     Ok(Launch {
@@ -414,6 +425,7 @@ fn alloc_free_row(
         sim_rmws_per_pair: per.rmws,
         sim_loads_per_pair: per.loads,
         sim_sys_per_pair: per.sys,
+        sim_cycles_per_pair: per.cycles,
         // The kernel adds its four counters once per thread.
         note: join_notes(
             &traffic,
@@ -493,6 +505,7 @@ fn footprint_case(on: On, threads: u32, block: u32, size: u32) -> Result<Row, Ho
         sim_rmws_per_pair: None,
         sim_loads_per_pair: None,
         sim_sys_per_pair: None,
+        sim_cycles_per_pair: None,
         note: format!("{} requested: one block per thread", bytes(requested)),
         error: None,
         snapshot: None,
@@ -574,6 +587,7 @@ fn mixed_case(on: On, threads: u32, block: u32, rounds: u32) -> Result<Row, Host
         sim_rmws_per_pair: per.rmws,
         sim_loads_per_pair: per.loads,
         sim_sys_per_pair: per.sys,
+        sim_cycles_per_pair: per.cycles,
         // Three counters per pair: allocations, bytes, frees.
         note: join_notes(
             "pattern written and checked per block",
@@ -671,6 +685,7 @@ fn fill_case(
         sim_rmws_per_pair: None,
         sim_loads_per_pair: None,
         sim_sys_per_pair: None,
+        sim_cycles_per_pair: None,
         error: None,
         snapshot,
         note: if spill {
@@ -883,7 +898,10 @@ pub fn print_row(r: &Row) {
         r.mapped_per_requested
             .map_or("-".into(), |m| format!("{m:.2}")),
         sim,
-        r.note
+        match r.sim_cycles_per_pair {
+            Some(cycles) => join_notes(&format!("timed: {cycles:.0} cycles a pair"), &r.note),
+            None => r.note.clone(),
+        }
     );
     if let Some(snapshot) = &r.snapshot {
         for line in snapshot.lines() {

@@ -7,7 +7,7 @@ use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{Buffer, HostError, Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats};
-use warpalloc_sim::{Convergence, LaunchConfig};
+use warpalloc_sim::{Convergence, LaunchConfig, Timing};
 
 /// The simulator's schedule for a run.
 #[derive(Clone, Copy, Debug)]
@@ -20,6 +20,9 @@ pub struct Schedule {
     pub capability: (u32, u32),
     /// The simulator's wall-clock limit per launch (`None`: its default).
     pub watchdog: Option<Duration>,
+    /// The simulator schedules by time (`Timing::hopper`), and a launch
+    /// reports its cycles.
+    pub timed: bool,
 }
 
 /// A run's settings, as its JSON report records them: the command line and
@@ -34,6 +37,8 @@ pub struct Settings {
     /// take.
     pub simulator_capability: String,
     pub simulator_watchdog_seconds: Option<u64>,
+    /// The simulator's timed schedule (`--timed`), or `None`.
+    pub simulator_timing: Option<String>,
 }
 
 impl Schedule {
@@ -49,6 +54,7 @@ impl Schedule {
             },
             simulator_capability: format!("{}.{}", self.capability.0, self.capability.1),
             simulator_watchdog_seconds: self.watchdog.map(|d| d.as_secs()),
+            simulator_timing: self.timed.then(|| format!("{:?}", Timing::hopper())),
         }
     }
 
@@ -61,6 +67,7 @@ impl Schedule {
         if let Some(limit) = self.watchdog {
             cfg.watchdog = limit;
         }
+        cfg.timing = self.timed.then(Timing::hopper);
     }
 }
 
