@@ -1135,6 +1135,8 @@ fn a_timed_schedule_meets_the_bounds() {
         );
         println!("{case} timed cold: {}", cold.line());
         println!("{case} timed warm: {}", warm.line());
+        // Timed indeed: the launches have a makespan.
+        assert!(cold.cycles > 0 && warm.cycles > 0, "{case}: untimed");
         failures.push_str(&cold.failures(case, &format!("{case} timed cold"), &TIMED_COLD));
         failures.push_str(&warm.failures(case, &format!("{case} timed warm"), &TIMED_WARM));
     }

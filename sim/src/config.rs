@@ -33,28 +33,30 @@ pub enum Fibers {
 /// lane that is ready first (ties broken by the seed):
 ///
 /// ```text
-///   lane at a switch point, at `now`          ready again at
+///   lane at a switch point, at `now`          ready again at (i = now + issue)
 ///   ─────────────────────────────────────────────────────────────────────
-///   atomic load                               now + rt
-///   read-modify-write on `a`                  t + rt/2, t = max(now + rt/2,
+///   atomic load                               i + rt
+///   read-modify-write on `a`                  t + (rt − rt/2), t = max(i + rt/2,
 ///                                               busy[a] + same_address);
 ///                                               busy[a] = t
-///   store, reduction (`red`: busy[a] too)     now + store
-///   fence                                     now + fence
-///   nanosleep(ns)                             now + ns · clock_mhz / 1000
+///   store, reduction (`red`: busy[a] too)     i + store
+///   fence                                     i + fence
+///   nanosleep(ns)                             i + ns · clock_mhz / 1000
+///   a parked `activemask` released            now + issue
 ///   the last lane of a collective arrives     now + collective, every lane
-///   (and `issue` on top of each)
 ///   rt: round_trip, drawn per access from ± jitter_percent / 2 around it
+///   (issue and collective count at least 1 cycle, jitter at most 200 %)
 /// ```
 ///
-/// The access is made when the lane resumes: an atomic takes effect a
-/// round trip after it was asked for, in the order of those times, and a
-/// read-modify-write waits behind the others on its address (the L2
-/// serialises them). The launch's makespan is `LaunchStats::cycles`.
-/// This is a model, not a GPU: no bandwidth, no caches beyond the one
-/// latency, no issue slots shared between warps — its use is to weigh a
-/// collective (a few cycles) against a round trip (hundreds), which the
-/// untimed schedule cannot.
+/// The access is made when the lane resumes, a round trip after it was
+/// asked for: atomics take effect in the order of the lanes' ready times,
+/// and a read-modify-write waits behind the others on its address (the L2
+/// serialises them; `busy` is each worker's own, so with several workers
+/// there is none between them). The launch's makespan is
+/// `LaunchStats::cycles`. This is a model, not a GPU: no bandwidth, no
+/// caches beyond the one latency, no issue slots shared between warps — its
+/// use is to weigh a collective (a few cycles) against a round trip
+/// (hundreds), which the untimed schedule cannot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
     /// An atomic load's or read-modify-write's round trip to the L2.

@@ -375,6 +375,12 @@ pub fn wait_on_host(waiting: bool) {
     let _ = with_ctx(|c| c.on_host.store(waiting, Ordering::Relaxed));
 }
 
+/// Forgets the access counted last (`count_access_at`) if no switch point
+/// took it: the next bare switch point is not weighed as that access.
+fn forget_access() {
+    let _ = with_ctx(|c| c.asked.store(0, Ordering::Relaxed));
+}
+
 /// A switch point: call before every atomic and fence. The scheduler may run
 /// other lanes before this one goes on; a timed schedule weighs the access
 /// the lane counted just before with [`count_access_at`].
@@ -396,6 +402,7 @@ pub fn switch_point() {
 /// ([`crate::LaunchConfig::timed`]) waits them in virtual time.
 #[track_caller]
 pub fn sleep(nanoseconds: u32) {
+    forget_access();
     let _ = with_ctx(|c| {
         let counter = if c.on_host.load(Ordering::Relaxed) {
             &c.accesses.host_wait_ns
@@ -418,6 +425,7 @@ pub fn sleep(nanoseconds: u32) {
 /// with it at this call site.
 #[track_caller]
 pub fn activemask() -> u32 {
+    forget_access();
     suspend(Request::Activemask {
         site: Location::caller(),
     })
@@ -426,6 +434,7 @@ pub fn activemask() -> u32 {
 
 #[track_caller]
 fn collective(kind: Kind, lane_mask: u32, value: u64) -> u64 {
+    forget_access();
     let site = Location::caller();
     match suspend(Request::Collective {
         kind,

@@ -324,8 +324,11 @@ impl<'a> Worker<'a> {
         let Some(t) = self.timing else {
             return self.now;
         };
-        let issue = self.now + u64::from(t.issue);
-        let spread = u64::from(t.round_trip) * u64::from(t.jitter_percent) / 100;
+        // At least a cycle a request, so that a lane spinning on a bare
+        // switch point lets time move; a spread of at most the whole
+        // round trip (jitter_percent ≤ 200).
+        let issue = self.now + u64::from(t.issue.max(1));
+        let spread = u64::from(t.round_trip) * u64::from(t.jitter_percent.min(200)) / 100;
         let mut round_trip = || {
             let low = u64::from(t.round_trip) - spread / 2;
             low + self.rng.random_range(0..=spread)
@@ -511,7 +514,7 @@ impl<'a> Worker<'a> {
     }
 
     fn push_runnable(&mut self, w: usize, lane: usize) {
-        let at = self.now + self.timing.map_or(0, |t| u64::from(t.issue));
+        let at = self.now + self.timing.map_or(0, |t| u64::from(t.issue.max(1)));
         self.push_runnable_at(w, lane, at);
     }
 
@@ -800,7 +803,7 @@ impl<'a> Worker<'a> {
             let warp = self.warp_mut(w);
             warp.lanes[j].state = SlotState::Ready;
             warp.lanes[j].reply = reply;
-            let at = self.now + self.timing.map_or(0, |t| u64::from(t.collective));
+            let at = self.now + self.timing.map_or(0, |t| u64::from(t.collective.max(1)));
             self.push_runnable_at(w, j, at);
         }
     }

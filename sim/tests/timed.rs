@@ -6,8 +6,8 @@
 use std::sync::Mutex;
 
 use warpalloc_sim::{
-    Access, LaunchConfig, Timing, ballot, block_dim, block_idx, clock, count_access_at, lane_id,
-    launch, sleep, switch_point, thread_idx, warp_id,
+    Access, Convergence, LaunchConfig, Timing, activemask, ballot, block_dim, block_idx, clock,
+    count_access_at, lane_id, launch, sleep, switch_point, thread_idx, warp_id,
 };
 
 fn gtid() -> u32 {
@@ -185,4 +185,43 @@ fn warp_cycles_sum_each_warps_life() {
     let trip = u64::from(t.issue + t.round_trip);
     assert_eq!(stats.cycles, 3 * trip);
     assert_eq!(stats.warp_cycles, trip + 3 * trip);
+}
+
+#[test]
+fn a_converged_timed_warp_groups_at_activemask_and_time_moves() {
+    // Converged: the lanes parked at `activemask` are released together
+    // once the warp has nothing else to run, as untimed.
+    let t = exact();
+    let cfg = LaunchConfig::linear(1, 32)
+        .convergence(Convergence::Converged)
+        .timed(t);
+    let masks = Mutex::new(Vec::new());
+    let stats = launch(&cfg, || {
+        access(Access::Load, 8);
+        let mask = activemask();
+        masks.lock().unwrap().push(mask);
+        ballot(mask, true);
+    })
+    .unwrap();
+    assert!(masks.into_inner().unwrap().iter().all(|&m| m == u32::MAX));
+    // The load, the release from `activemask` and the ballot.
+    let trip = u64::from(t.issue + t.round_trip);
+    assert_eq!(
+        stats.cycles,
+        trip + u64::from(t.issue) + u64::from(t.collective)
+    );
+}
+
+#[test]
+fn an_access_counted_without_a_switch_point_is_not_weighed_later() {
+    // A load counted by hand, then a ballot, then a bare switch point: the
+    // switch is a bare one (issue), not the load's round trip.
+    let t = exact();
+    let stats = launch(&LaunchConfig::linear(1, 1).timed(t), || {
+        count_access_at(Access::Load, false, 8);
+        ballot(1, true);
+        switch_point();
+    })
+    .unwrap();
+    assert_eq!(stats.cycles, u64::from(t.collective + t.issue));
 }

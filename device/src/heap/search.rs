@@ -1097,7 +1097,12 @@ impl DeviceHeap {
             offset += u32::from(limit < MARK_DUE);
             limit = limit.min(MARK_DUE);
         }
-        (0, NOTHING << OUTCOME_SHIFT)
+        // Every slot once, no room: nothing — unless a crowded creation
+        // of the class was met, whose lanes may have passed slots
+        // (`crowded_past`) that no one filled: the scan again, after a
+        // wait, not a takeover or null while they may be empty.
+        let outcome = if hinted == CROWDED { RETRY } else { NOTHING };
+        (0, outcome << OUTCOME_SHIFT)
     }
 
     /// How far a scan of `n` lanes of `class` goes and what it may claim
