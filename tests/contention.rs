@@ -1088,13 +1088,14 @@ fn a_rising_demand_grows_the_heap_in_the_launch() {
 
 /// The cold launch under the timed schedule: `COLD`, but for the mallocs
 /// of more than 4 scans at 8 KiB. Every warp reaches the class's frontier
-/// at once, and the groups that see one empty slot race to claim it: in
-/// four release runs on 2026-12-06 (16:43-16:45 UTC, the build machine),
-/// 75 to 82 such mallocs per 1 000 (1 677 claims lost for 86 won in a
-/// traced run), scans per group-malloc 1.83 to 1.85. Before `crowded_past`
+/// at once, and the groups that see one empty slot race to claim it (1 677
+/// claims lost for 86 won in a traced run). In three release runs on
+/// 2026-12-06 (17:57-17:59 UTC, the build machine): 46 to 57 such mallocs
+/// per 1 000, scans per group-malloc 1.73 to 1.75. Before `crowded_past`
 /// (a group registered on every crowded creation in turn; three runs,
 /// 16:42-16:43 UTC): 219 to 223 per 1 000 and 4.72 to 4.83 scans, which
-/// fail this, and at 1 KiB 13 to 31 per 1 000 (bound 10; 0 with it).
+/// fail this, and at 1 KiB 13 to 31 per 1 000 (bound 10; 0 to 0.5 with
+/// it).
 const TIMED_COLD: Bounds = Bounds {
     long_searches_8k: 100.0,
     ..COLD

@@ -381,12 +381,20 @@ fn allocator_paths_stay_within_their_register_budgets() {
     // 32 warps). The same without a division, by a loop, took 44 / 40 /
     // 44 / 40, 47 / 45 / 46 / 45, 56 / 57 / 55 / 57; by a shift, 44 / 40 /
     // 46 / 40, 47 / 45 / 46 / 45, 55 / 57 / 56 / 57. BENCHMARKS.md, "A
-    // timed schedule".
+    // timed schedule". The same evening the passed slots are looked at
+    // (their room taken, only their claims and creations passed; jumped
+    // over, a trim's kept slabs were passed and the class grew a slab
+    // more, `a_trim_keeps_each_classes_keep_for_the_next_launch`):
+    // `malloc_only` 43 / 40 / 44 / 40 → 44 / 40 / 46 / 40,
+    // `malloc_free_once` 46 / 45 / 45 / 45 → 47 / 45 / 46 / 45,
+    // `alloc_free` 55 / 58 / 55 / 58 → 55 / 57 / 56 / 57: within their
+    // targets, and no column leaves its warp register allocation (a
+    // thread's registers go by eights: 41 to 48, 49 to 56, 57 to 64).
     const BUDGETS: &[(&str, [u32; 4])] = &[
-        ("malloc_only", [43, 40, 44, 40]),
+        ("malloc_only", [44, 40, 46, 40]),
         ("free_only", [25, 26, 26, 28]),
-        ("malloc_free_once", [46, 45, 45, 45]),
-        ("alloc_free", [55, 58, 55, 58]),
+        ("malloc_free_once", [47, 45, 46, 45]),
+        ("alloc_free", [55, 57, 56, 57]),
     ];
     let mut failures = String::new();
     for (&(kernel, budgets), &(target_kernel, targets)) in BUDGETS.iter().zip(TARGETS) {

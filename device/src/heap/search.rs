@@ -11,8 +11,10 @@
 //!       slot h+1, h+2, ... ─► room: lock ─► done
 //!                             being created for us, with room for us: count
 //!                               our lanes on it, wait for it, lock it ─► done
-//!                             being created, enough lanes on it: go on
-//!                               (and claim the next empty slot at once)
+//!                             being created, enough lanes on it: go on,
+//!                               past the slots the lanes counted before
+//!                               ours fill (and claim the next empty slot
+//!                               at once)
 //!                             empty: an emptied slab of the class near,
 //!                               or (a stream with a hint of its own, past
 //!                               the class's first slot) room in 16 of
@@ -68,13 +70,17 @@
 //! place in line: the lanes counted before its own. The creation serves
 //! the first of them, and the others go on and fill a slab each in the
 //! slots after it, so the group passes the slots that the lanes before it
-//! will fill (`crowded_past`, at most `CROWD_PASS`) and claims or counts
-//! on the one after. Without it, when every warp of a launch reaches the
-//! class's frontier at once — as a GPU starts a launch's resident blocks,
-//! and as the simulator's timed schedule does — each group registered on
-//! every creation in turn until one had room: at 8 KiB, 2.7 registrations
-//! and 4.8 scans per group-malloc in the contention test's cold launch,
-//! 1.3 and 1.8 with it (BENCHMARKS.md, "A timed schedule").
+//! will fill (`crowded_past`, at most `CROWD_PASS`): it neither claims
+//! them nor counts on their creations, and claims or counts on the one
+//! after — but it still looks at each, and takes a slab's room there (a
+//! slab kept through a trim, say: jumped over unseen, such slabs were
+//! passed and the class grew a slab more). Without it, when every warp of
+//! a launch reaches the class's frontier at once — as a GPU starts a
+//! launch's resident blocks, and as the simulator's timed schedule does —
+//! each group registered on every creation in turn until one had room: at
+//! 8 KiB, 2.7 registrations and 4.8 scans per group-malloc in the
+//! contention test's cold launch, 1.8 and 1.7 with it (BENCHMARKS.md, "A
+//! timed schedule").
 //!
 //! # Spreading
 //! Each class has a hint per stream — the heap keeps one stream per
@@ -293,10 +299,11 @@ const _: () = assert!((RETRY as u64) < SLAB_SIZE && (NO_MEMORY as u64) < SLAB_SI
 #[cfg(not(target_arch = "nvptx64"))]
 const LONG_SEARCH: u32 = 4;
 
-/// The most slots beyond the next that a scan passes after a crowded
-/// creation of its class (`crowded_past`): a count inflated by lanes that
-/// only steer (a free's, a blind lock's: guard.rs) leaves at most this
-/// many slots behind, which later scans fill.
+/// The most slots after a crowded creation of its class that a scan passes
+/// (`crowded_past`: it claims none of them and counts on none of their
+/// creations): a count inflated by lanes that only steer (a free's, a
+/// blind lock's: guard.rs) passes at most this many, which later scans
+/// fill.
 const CROWD_PASS: u32 = 8;
 
 /// Marks of `empties` a claim tries to take over once the provider refused
@@ -454,12 +461,13 @@ const BLIND_LOCK_USABLE: u32 = 1024;
 const ROOMY: u32 = HINT_ROOMY << HINT_BLOCK_SHIFT;
 const _: () = assert!(ROOMY < NEWCOMER);
 
-/// How many slots, beyond the next, a scan passes after a creation of its
-/// class on which `before` lanes were counted before it (slabs of `usable`
-/// blocks): the lanes beyond the creation's room go on too, and fill a
-/// slab each `usable` of them in the slots after it — in the order they
-/// were counted, when a launch's groups reach the class's frontier at
-/// once. At most `CROWD_PASS`.
+/// How many slots after a creation of its class, on which `before` lanes
+/// were counted before it (slabs of `usable` blocks), a scan passes — it
+/// claims none of them and counts on none of their creations, but takes
+/// a slab's room there: the lanes beyond the creation's room go on too,
+/// and fill a slab each `usable` of them in the slots after it, in the
+/// order they were counted, when a launch's groups reach the class's
+/// frontier at once. At most `CROWD_PASS`.
 #[inline(always)]
 fn crowded_past(before: u32, usable: u32) -> u32 {
     (before / usable).saturating_sub(1).min(CROWD_PASS)
@@ -876,6 +884,9 @@ impl DeviceHeap {
         // (an empty slot is passed, and looked at again).
         let mut blind = locks_blind(geo.usable, n, hinted);
         let (mut limit, mut claim) = (u32::MAX, 0);
+        // Slots still to pass after a crowded creation (`crowded_past`):
+        // their room is taken, but they are not claimed nor counted on.
+        let mut passing = 0u32;
         while offset <= limit {
             // The hint, then the slots after it: a class's full slabs
             // before its hint are not walked again, so the cost of finding
@@ -911,7 +922,11 @@ impl DeviceHeap {
                         hinted = LAST_RESORT;
                     }
                 }
-                let may_claim = claim != 0;
+                // A slot passed after a crowded creation: the lanes
+                // counted before ours claim it or count on it.
+                let passed = passing != 0;
+                passing -= u32::from(passed);
+                let may_claim = claim != 0 && !passed;
                 if seen.is_crowded_creation(class as u32, n, geo.usable) {
                     hinted = CROWDED;
                 }
@@ -1068,10 +1083,11 @@ impl DeviceHeap {
                             // `MAX_TRIES` waits).
                             if c.class == class as u32 && c.lanes > geo.usable {
                                 hinted = CROWDED;
-                                // Past the slots that the lanes counted
-                                // before ours will fill: our place in the
-                                // creation's count is our place in line.
-                                offset += crowded_past(c.lanes - n, geo.usable);
+                                // Past the empty slots and creations that
+                                // the lanes counted before ours will fill:
+                                // our place in the creation's count is our
+                                // place in line.
+                                passing = crowded_past(c.lanes - n, geo.usable);
                             }
                             record(Event::Registration)
                         }
