@@ -807,17 +807,41 @@ fn warmed_up(case: Case, seed: u64) -> Contention {
     launch
 }
 
-/// `alloc_free` at `size` on a fresh heap (cold: its slabs are created
-/// during the launch), then the same launch again on that heap (warm: its
-/// slabs are there, empty — the launch the GPU benchmark times).
-fn contention(case: Case, seed: u64) -> (Contention, Contention) {
-    on_one_heap(
-        (case, Schedule::Turns),
-        seed,
-        RESIDENT,
-        "contention",
-        ["cold", "warm"],
-    )
+/// Every size and the mixed case under `schedule`, each on a fresh heap
+/// (cold: its slabs are created during the launch), then the same launch
+/// again on that heap (warm: its slabs are there, empty — the launch the
+/// GPU benchmark times), held to `cold_bounds` and `warm_bounds`; the
+/// seeds are `seed ^` the case's index. Returns what broke the bounds, a
+/// line each. `label` heads the printed lines ("" or "timed ").
+fn cold_then_warm(
+    schedule: Schedule,
+    seed: u64,
+    label: &str,
+    [cold_bounds, warm_bounds]: [&Bounds; 2],
+) -> String {
+    let mut failures = String::new();
+    let cases = [16, 64, 1024, 8192].map(Case::Size);
+    for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
+        let (cold, warm) = on_one_heap(
+            (case, schedule),
+            seed ^ i as u64,
+            RESIDENT,
+            &format!("{label}contention"),
+            ["cold", "warm"],
+        );
+        println!("{case} {label}cold: {}", cold.line());
+        println!("{case} {label}warm: {}", warm.line());
+        // Timed indeed (or not): the launches have a makespan iff timed.
+        let timed = schedule == Schedule::Timed;
+        assert_eq!(
+            (cold.cycles > 0, warm.cycles > 0),
+            (timed, timed),
+            "{case}: {schedule:?}"
+        );
+        failures.push_str(&cold.failures(case, &format!("{case} {label}cold"), cold_bounds));
+        failures.push_str(&warm.failures(case, &format!("{case} {label}warm"), warm_bounds));
+    }
+    failures
 }
 
 impl Contention {
@@ -987,15 +1011,7 @@ impl Contention {
 #[test]
 fn the_heap_grows_to_the_demand_without_takeover_churn() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut failures = String::new();
-    let cases = [16, 64, 1024, 8192].map(Case::Size);
-    for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
-        let (cold, warm) = contention(case, 0xc0de ^ i as u64);
-        println!("{case} cold: {}", cold.line());
-        println!("{case} warm: {}", warm.line());
-        failures.push_str(&cold.failures(case, &format!("{case} cold"), &COLD));
-        failures.push_str(&warm.failures(case, &format!("{case} warm"), &WARM));
-    }
+    let failures = cold_then_warm(Schedule::Turns, 0xc0de, "", [&COLD, &WARM]);
     assert!(failures.is_empty(), "{failures}");
 }
 
@@ -1125,23 +1141,11 @@ const TIMED_WARM: Bounds = Bounds {
 #[test]
 fn a_timed_schedule_meets_the_bounds() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut failures = String::new();
-    let cases = [16, 64, 1024, 8192].map(Case::Size);
-    for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
-        let seed = 0x7173 ^ i as u64;
-        let (cold, warm) = on_one_heap(
-            (case, Schedule::Timed),
-            seed,
-            RESIDENT,
-            "timed",
-            ["cold", "warm"],
-        );
-        println!("{case} timed cold: {}", cold.line());
-        println!("{case} timed warm: {}", warm.line());
-        // Timed indeed: the launches have a makespan.
-        assert!(cold.cycles > 0 && warm.cycles > 0, "{case}: untimed");
-        failures.push_str(&cold.failures(case, &format!("{case} timed cold"), &TIMED_COLD));
-        failures.push_str(&warm.failures(case, &format!("{case} timed warm"), &TIMED_WARM));
-    }
+    let failures = cold_then_warm(
+        Schedule::Timed,
+        0x7173,
+        "timed ",
+        [&TIMED_COLD, &TIMED_WARM],
+    );
     assert!(failures.is_empty(), "{failures}");
 }

@@ -34,7 +34,7 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use crate::config::{CONVERGED_PATIENCE, Convergence, Fibers, LaunchConfig, Timing};
+use crate::config::{CONVERGED_PATIENCE, Convergence, Fibers, LaunchConfig};
 use crate::error::{LaneReport, LaneState, SimErrorKind};
 use crate::fiber::{CoroutineFiber, Fiber, KernelRef, Resumed, ThreadFiber};
 use crate::lane::{Access, Accesses, Clock, Kind, LaneCtx, Request, Site};
@@ -179,9 +179,8 @@ pub(crate) struct Worker<'a> {
     free_warps: Vec<usize>,
     resident_warps: usize,
     runnable: Vec<(u32, u8)>,
-    /// Under a timed schedule: the costs, and the runnable lanes by the
+    /// Under a timed schedule (`cfg.timing`): the runnable lanes by the
     /// time they are ready (then a draw of the seed, for ties).
-    timing: Option<Timing>,
     ready: BinaryHeap<Reverse<(u64, u64, u32, u8)>>,
     /// The virtual time (cycles) of the lane last resumed.
     now: u64,
@@ -223,7 +222,6 @@ impl<'a> Worker<'a> {
             free_warps: Vec::new(),
             resident_warps: 0,
             runnable: Vec::new(),
-            timing: cfg.timing,
             ready: BinaryHeap::new(),
             now: 0,
             busy: HashMap::new(),
@@ -301,13 +299,13 @@ impl<'a> Worker<'a> {
     /// The next lane to resume, taken off `runnable`: at random, or the
     /// one ready first (the clock moves to its time).
     fn pick(&mut self) -> (u32, u8) {
-        if self.timing.is_some() {
+        if self.cfg.timing.is_some() {
             let Some(Reverse((at, _, w, l))) = self.ready.pop() else {
                 unreachable!("picked from an empty heap");
             };
             self.now = self.now.max(at);
             if let Some(ns) = &self.clock.timed_ns
-                && let Some(timing) = &self.timing
+                && let Some(timing) = &self.cfg.timing
             {
                 ns.store(timing.ns_of_cycles(self.now), Ordering::Relaxed);
             }
@@ -321,7 +319,7 @@ impl<'a> Worker<'a> {
     /// at `addr` (or sleeps `sleep` ns; a bare switch with neither) is ready
     /// again (`config::Timing` has the model); `now` untimed.
     fn ready_after(&mut self, access: Option<(Access, usize)>, sleep: u32) -> u64 {
-        let Some(t) = self.timing else {
+        let Some(t) = self.cfg.timing else {
             return self.now;
         };
         // At least a cycle a request, so that a lane spinning on a bare
@@ -337,11 +335,9 @@ impl<'a> Worker<'a> {
             None => issue + t.cycles_of_ns(u64::from(sleep)),
             Some((Access::Load, _)) => issue + round_trip(),
             Some((Access::Fence, _)) => issue + u64::from(t.fence),
-            Some((kind @ (Access::Rmw | Access::Reduction | Access::Store), addr)) => {
+            Some((Access::Store, _)) => issue + u64::from(t.store),
+            Some((kind @ (Access::Rmw | Access::Reduction), addr)) => {
                 let trip = round_trip();
-                if kind == Access::Store {
-                    return issue + u64::from(t.store);
-                }
                 // At the L2 half a round trip on, behind the address's last.
                 let arrive = issue + trip / 2;
                 let at = match self.busy.get(&addr) {
@@ -514,7 +510,7 @@ impl<'a> Worker<'a> {
     }
 
     fn push_runnable(&mut self, w: usize, lane: usize) {
-        let at = self.now + self.timing.map_or(0, |t| u64::from(t.issue.max(1)));
+        let at = self.now + self.cfg.timing.map_or(0, |t| u64::from(t.issue.max(1)));
         self.push_runnable_at(w, lane, at);
     }
 
@@ -525,7 +521,7 @@ impl<'a> Worker<'a> {
     }
 
     fn queue_lane(&mut self, w: u32, lane: u8, at: u64) {
-        if self.timing.is_some() {
+        if self.cfg.timing.is_some() {
             let tie = self.rng.random::<u64>();
             self.ready.push(Reverse((at, tie, w, lane)));
         } else {
@@ -803,7 +799,11 @@ impl<'a> Worker<'a> {
             let warp = self.warp_mut(w);
             warp.lanes[j].state = SlotState::Ready;
             warp.lanes[j].reply = reply;
-            let at = self.now + self.timing.map_or(0, |t| u64::from(t.collective.max(1)));
+            let at = self.now
+                + self
+                    .cfg
+                    .timing
+                    .map_or(0, |t| u64::from(t.collective.max(1)));
             self.push_runnable_at(w, j, at);
         }
     }

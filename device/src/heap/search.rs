@@ -162,9 +162,9 @@
 //! walked again: as a class grows, a malloc looks at its hint (full, once
 //! it fills) and the next slots, where the class's next slab is claimed — a
 //! cost that does not grow with the class's slabs. Only a claim looks
-//! behind the hint (`room_behind`): four rounds of one load a lane, at most. Worst case: a full hint
-//! with every slot after it full or of other classes: the scan walks the
-//! table once.
+//! behind the hint (`room_behind`): four rounds of one load a lane, at
+//! most. Worst case: a full hint with every slot after it full or of
+//! other classes: the scan walks the table once.
 //!
 //! When the provider refuses a slab, the heap is marked exhausted until
 //! memory comes back (a large block freed, the host's `trim`; a generation
@@ -1254,10 +1254,10 @@ impl DeviceHeap {
     /// slot plus one: 0 for none). Not in a class where three times the
     /// group is more than a slab holds: a group of more than half a slab
     /// wants 3 blocks there (`guard::admission`), which most slabs have, and
-    /// would be split. The room behind the hints: a scan walks from its stream's
-    /// hint to the first empty slot, so a group whose hint names one of
-    /// the class's newest slabs, crowded at a launch's peak, claimed a new
-    /// slot while older slabs had room.
+    /// would be split. The room behind the hints: a scan walks from its
+    /// stream's hint to the first empty slot, so a group whose hint names
+    /// one of the class's newest slabs, crowded at a launch's peak, claimed
+    /// a new slot while older slabs had room.
     ///
     /// Temporary traces of the contention test at 8 KiB (2026-12-06, the
     /// build machine; BENCHMARKS.md "A look back at the claim, for a class
