@@ -12,7 +12,7 @@ use support::{
 };
 use warpalloc::{Heap, HeapStats};
 use warpalloc_device::event::Event;
-use warpalloc_device::sim::{Convergence, LaunchConfig, LaunchStats, seeds};
+use warpalloc_device::sim::{Convergence, LaunchConfig, LaunchStats, Timing, seeds};
 use warpalloc_device::size_class::{SLAB_SIZE, block_size, class_index, geometry};
 use warpalloc_host::Buffer;
 use warpalloc_kernels_tests::stress::{
@@ -1822,4 +1822,62 @@ fn a_group_away_from_its_slab_wants_room_three_times_over_near_its_hint() {
     );
     assert_clean(&Stats::default(), errors(&heap), "near the hint");
     assert_empty(&mut heap, "near the hint");
+}
+
+/// A scan that met a crowded creation and then passed every slot of a
+/// nearly full table without room scans again rather than give up
+/// (`RETRY` at the table's end, heap/search.rs): the slots it passed are
+/// the ones the lanes counted before it fill, and a count inflated by
+/// lanes that only steer may leave some unclaimed. Warps that reach an
+/// 8 KiB class's frontier together (the timed schedule starts them at
+/// once) in a table of four slots that holds their demand, 31 warps of 32
+/// lanes for 4 × 255 blocks: every lane is served. With `NOTHING` there
+/// instead (2026-12-06, 19:58-20:02 UTC), the test's first seed and seeds
+/// 1 to 6 each left 96 lanes null in a release build, and the first seed
+/// in a debug build: groups that gave up at the table's end while the
+/// slabs the crowd was counted on still had room.
+#[test]
+fn a_crowded_scan_at_the_tables_end_scans_again() {
+    const SLOTS: u32 = 4;
+    let usable = geometry(class_index(block_size(8192))).usable;
+    let warps = SLOTS * usable / 32;
+    for seed in seeds(0x7ab1e, 8) {
+        let mut heap = heap(64 * SLAB_SIZE, SLOTS);
+        let ptrs = buffer::<u64>(&heap, (warps * 32) as usize);
+        let cfg = LaunchConfig::linear(warps, 32)
+            .seed(seed)
+            .workers(1)
+            .resident_warps(warps as usize)
+            .convergence(Convergence::Converged)
+            .timed(Timing::hopper());
+        run(
+            &mut heap,
+            &cfg,
+            malloc_only::Args {
+                ptrs: ptrs.kernel_ptr(),
+                size: 8192,
+            },
+        );
+        let got = read(&heap, &ptrs);
+        assert_eq!(
+            nulls(&got),
+            0,
+            "seed {seed}: room for every lane in {SLOTS} slabs"
+        );
+        let mut blocks = got.clone();
+        blocks.sort_unstable();
+        blocks.dedup();
+        assert_eq!(
+            blocks.len(),
+            got.len(),
+            "seed {seed}: a block handed out twice"
+        );
+        for chunk in got.chunks(32) {
+            free_warp(&mut heap, chunk);
+        }
+        assert_empty(
+            &mut heap,
+            &format!("seed {seed}: a crowded scan at the table's end"),
+        );
+    }
 }
