@@ -1841,6 +1841,7 @@ fn a_crowded_scan_at_the_tables_end_scans_again() {
     const SLOTS: u32 = 4;
     let usable = geometry(class_index(block_size(8192))).usable;
     let warps = SLOTS * usable / 32;
+    let mut ended = 0;
     for seed in seeds(0x7ab1e, 8) {
         let mut heap = heap(64 * SLAB_SIZE, SLOTS);
         let ptrs = buffer::<u64>(&heap, (warps * 32) as usize);
@@ -1850,14 +1851,16 @@ fn a_crowded_scan_at_the_tables_end_scans_again() {
             .resident_warps(warps as usize)
             .convergence(Convergence::Converged)
             .timed(Timing::hopper());
-        run(
+        let counts = run(
             &mut heap,
             &cfg,
             malloc_only::Args {
                 ptrs: ptrs.kernel_ptr(),
                 size: 8192,
             },
-        );
+        )
+        .expect("simulator counts");
+        ended += counts.events[Event::CreationEnd as usize];
         let got = read(&heap, &ptrs);
         assert_eq!(
             nulls(&got),
@@ -1880,4 +1883,7 @@ fn a_crowded_scan_at_the_tables_end_scans_again() {
             &format!("seed {seed}: a crowded scan at the table's end"),
         );
     }
+    // The path under test was taken: scans ended at the table's end after
+    // a crowded creation, and scanned again.
+    assert!(ended > 0, "no scan met the table's end after a crowded creation");
 }

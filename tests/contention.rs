@@ -135,6 +135,16 @@ struct Bounds {
     creation_waits: f64,
     /// The same at 8 KiB.
     creation_waits_8k: f64,
+    /// The most scans, per 1 000 group-mallocs, that a slot being created
+    /// ended (`Event::CreationEnd`: a wait that gave up, or the table's
+    /// end after a crowded creation; the group scans again) — the issue's
+    /// "scans ended by a creating slot" (target 10). A wait that then
+    /// locks the new slab is in `creation_waits` alone. Every launch of
+    /// this file took 0 on 2026-12-06 (20:10 UTC, release; 20:14 UTC,
+    /// debug), cold ones too; with a scan that a creation ends instead of
+    /// waiting for it (the code before growth: RETRY at every creation
+    /// met), the cold launches took 254 (mixed) to 415 (64 B) per 1 000.
+    creation_ends: f64,
     /// The most dependent round trips per pair, the mean over the warps
     /// (waits included: a poll is a load): what a search that walks, polls
     /// or bounces costs the warps that pay it.
@@ -192,6 +202,7 @@ const COLD: Bounds = Bounds {
     path_round_trips_8k: 20.0,
     creation_waits: 400.0,
     creation_waits_8k: 400.0,
+    creation_ends: 10.0,
     mean_round_trips: 60.0,
 };
 
@@ -376,6 +387,7 @@ const WARM: Bounds = Bounds {
     path_round_trips_8k: 7.0,
     creation_waits: 10.0,
     creation_waits_8k: 10.0,
+    creation_ends: 10.0,
     mean_round_trips: 16.0,
 };
 
@@ -440,6 +452,7 @@ const RISING: Bounds = Bounds {
     path_round_trips_8k: 7.0,
     creation_waits: 300.0,
     creation_waits_8k: 300.0,
+    creation_ends: 10.0,
     mean_round_trips: 30.0,
 };
 
@@ -851,7 +864,7 @@ impl Contention {
              {:.2} guard RMWs, {:.3} on the hottest guard; {:.0} ns of sleep per pair (and {:.0} waiting on the host); peak {} \
              slabs for a demand of {} ({:.2}); {} from the provider in {} requests to the host, {} taken over ({:.3} per 1 000 \
              pairs), {} revived\n    per group-malloc: {:.3} scans, {:.3} slot locks ({:.3} full, \
-             {:.3} partial), {:.3} registrations, {:.3} creation waits, {:.3} claims, {:.3} \
+             {:.3} partial), {:.3} registrations, {:.3} creation waits ({:.3} ended), {:.3} claims, {:.3} \
              redirects, {:.3} extra probes; {:.3} slabs per group-free; {:.2} mallocs of more \
              than 4 scans per 1 000; {} cycles, {:.0} a warp-pair",
             self.pairs,
@@ -879,6 +892,7 @@ impl Contention {
             self.per_group_malloc(Event::PartialFit),
             self.per_group_malloc(Event::Registration),
             self.per_group_malloc(Event::CreationWait),
+            self.per_group_malloc(Event::CreationEnd),
             self.per_group_malloc(Event::Claim),
             self.per_group_malloc(Event::Redirect),
             self.per_group_malloc(Event::ExtraProbe),
@@ -983,6 +997,12 @@ impl Contention {
                 "scans that met a creation per 1 000 group-mallocs",
                 1000.0 * self.per_group_malloc(Event::CreationWait),
                 pick(bounds.creation_waits, bounds.creation_waits_8k),
+                false,
+            ),
+            (
+                "scans that a creation ended per 1 000 group-mallocs",
+                1000.0 * self.per_group_malloc(Event::CreationEnd),
+                bounds.creation_ends,
                 false,
             ),
             ("nulls with memory to spare", self.nulls as f64, 0.0, false),

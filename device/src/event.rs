@@ -39,10 +39,16 @@ pub enum Event {
     FreeGroup = 9,
     /// A lane's malloc that took more than 4 scans (its search's rounds).
     LongSearch = 10,
+    /// A scan that a slot being created ended (RETRY: the group scans
+    /// again): a wait for a creation that gave up, or a scan that passed
+    /// the slots a crowded creation's lanes fill and found the table's end
+    /// (the "scans ended by a creating slot"). A wait that then
+    /// locks the new slab (`CreationWait` alone) ends nothing.
+    CreationEnd = 11,
 }
 
 /// Events there are (≤ the simulator's counters).
-pub const EVENTS: usize = 11;
+pub const EVENTS: usize = 12;
 
 #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
 const _: () = assert!(EVENTS <= warpalloc_sim::EVENTS);

@@ -1047,6 +1047,7 @@ impl DeviceHeap {
                         }
                         None => {
                             record(Event::CreationWait);
+                            record(Event::CreationEnd);
                             return (0, RETRY << OUTCOME_SHIFT);
                         }
                         // A creation of our class that will have room for
@@ -1067,6 +1068,7 @@ impl DeviceHeap {
                             record(Event::Registration);
                             record(Event::CreationWait);
                             if !wait_for_creation(guard) {
+                                record(Event::CreationEnd);
                                 return (0, RETRY << OUTCOME_SHIFT);
                             }
                             retries += 1;
@@ -1117,7 +1119,12 @@ impl DeviceHeap {
         // of the class was met, whose lanes may have passed slots
         // (`crowded_past`) that no one filled: the scan again, after a
         // wait, not a takeover or null while they may be empty.
-        let outcome = if hinted == CROWDED { RETRY } else { NOTHING };
+        let outcome = if hinted == CROWDED {
+            record(Event::CreationEnd);
+            RETRY
+        } else {
+            NOTHING
+        };
         (0, outcome << OUTCOME_SHIFT)
     }
 
