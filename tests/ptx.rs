@@ -390,11 +390,16 @@ fn allocator_paths_stay_within_their_register_budgets() {
     // `alloc_free` 55 / 58 / 55 / 58 → 55 / 57 / 56 / 57: within their
     // targets, and no column leaves its warp register allocation (a
     // thread's registers go by eights: 41 to 48, 49 to 56, 57 to 64).
+    // Later that evening, a small group's walk in a slab of few words
+    // starts at the block its stream freed, with no look (`Slab::allocate`;
+    // the mixed launch's path 8 → 7 round trips per pair): the sm_90
+    // columns' `alloc_free` 57 → 56, a warp register allocation less
+    // (56 take 1 792 a warp); the rest unchanged.
     const BUDGETS: &[(&str, [u32; 4])] = &[
         ("malloc_only", [44, 40, 46, 40]),
         ("free_only", [25, 26, 26, 28]),
         ("malloc_free_once", [47, 45, 46, 45]),
-        ("alloc_free", [55, 57, 56, 57]),
+        ("alloc_free", [55, 56, 56, 56]),
     ];
     let mut failures = String::new();
     for (&(kernel, budgets), &(target_kernel, targets)) in BUDGETS.iter().zip(TARGETS) {

@@ -45,10 +45,14 @@ pub enum Event {
     /// (the "scans ended by a creating slot"). A wait that then
     /// locks the new slab (`CreationWait` alone) ends nothing.
     CreationEnd = 11,
+    /// A round of loads of bitfield words before the walk, in a slab of
+    /// few words (`Slab::roomy_start`): a probe of the bitfield as a second
+    /// round of the walk is, one round trip.
+    Look = 12,
 }
 
 /// Events there are (≤ the simulator's counters).
-pub const EVENTS: usize = 12;
+pub const EVENTS: usize = 13;
 
 #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
 const _: () = assert!(EVENTS <= warpalloc_sim::EVENTS);

@@ -224,8 +224,23 @@ impl Slab {
     /// `hinted` is a block plus one (0: none) where the caller's stream
     /// last freed in this slab (its hint, `HINT_BLOCK_SHIFT`): a group of
     /// half a word or more starts there, with no look — the run its stream
-    /// freed, free again unless another warp took it. A smaller group's
-    /// freed bits are few and soon taken: it starts as above. In the
+    /// freed, free again unless another warp took it — and so does any
+    /// group in a slab of few words. In a slab of many words a smaller
+    /// group's freed bits are few and soon taken: it starts as above. In a
+    /// slab of few words a small group that finds the hint's block taken
+    /// learns the word from its `fetch_or` and takes a free run of it at
+    /// once: its second round costs the round trip that a look cost every
+    /// such malloc before. In the contention test's mixed launch, warm
+    /// (2026-12-06, 19:53-20:30 UTC), lone lanes that start at the hint's
+    /// block lose it 11 % of the time in slabs under a quarter full, 45 %
+    /// in slabs three quarters full — another warp that took the block
+    /// and freed it points its own hint there too — and groups of 2 to 15
+    /// lanes 15 to 63 %: 0.147 to 0.154 extra walk rounds and 0.006 to
+    /// 0.008 looks per group-malloc, against 0.077 to 0.081 and 0.36
+    /// before; the best warp's path 7 round trips per pair (8 before),
+    /// their mean over the warps 9.1 to 9.3 (9.6 to 9.7), and under the
+    /// timed schedule 2.5 % fewer cycles per pair (BENCHMARKS.md, "The
+    /// hint's block in slabs of few words"). In the
     /// contention test's warm launches (2026-12-05, 11:35-11:58 UTC),
     /// extra walk rounds per group-malloc went from 0.08–0.24 to 0.02–0.05
     /// at 1 KiB and from 0.27–0.48 to 0.24–0.42 at 8 KiB, and the look's
@@ -304,9 +319,24 @@ impl Slab {
         );
         let blind = own * WORD_BITS + pref;
         // The block the stream's hint names (where it last freed in this
-        // slab): a group of half a word or more starts there, with no look.
-        let first = if hinted.wrapping_sub(1) < bits && uniform.count_ones() >= WORD_BITS / 2 {
-            hinted - 1
+        // slab): a group of half a word or more, and any group in a slab
+        // of few words, starts there, with no look.
+        let named = hinted.wrapping_sub(1);
+        let first = if named < bits && uniform.count_ones() >= WORD_BITS / 2 {
+            named
+        } else if named < bits && dense {
+            // A smaller group: the block its stream freed — or, where the
+            // hint names a word's first block, as the host aims a stream at
+            // a word (`DeviceHeap::aim_hints`), the warp's bit in that word,
+            // so that the streams aimed at one word start apart (a block
+            // freed at a word's first bit reads the same: one in 32). With
+            // the aimed block itself, the mixed launch after a spread took
+            // 0.238 extra walk rounds per group-malloc, 0.131 to 0.151 so.
+            if named.is_multiple_of(WORD_BITS) {
+                named + pref
+            } else {
+                named
+            }
         } else if dense {
             // SAFETY: the caller's contract (a reservation each on this
             // live slab); `own < geo.words`.
@@ -424,6 +454,9 @@ impl Slab {
         let span = geo.words.min(WORD_BITS).min(n * LOOK_ROUNDS);
         let mut looked = 0;
         while looked < span {
+            if simt::is_leader(uniform) {
+                record(Event::Look);
+            }
             let offset = looked + rank;
             // The first bit of a run that holds the group, and of any room.
             let (mut fits, mut some) = (u32::MAX, u32::MAX);
