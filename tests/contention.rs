@@ -129,8 +129,13 @@ struct Bounds {
     /// lone lanes of many classes, is held to this alone: its small groups
     /// in slabs of few words start at their stream's freed block with no
     /// look (`Slab::allocate`), and trade 0.36 looks per group-malloc for
-    /// 0.06 extra walk rounds more (BENCHMARKS.md, "The hint's block in
-    /// slabs of few words").
+    /// 0.07 extra walk rounds more (BENCHMARKS.md, "The hint's block in
+    /// slabs of few words"). Measured on 2026-12-06 (20:19-20:34 UTC,
+    /// release and debug): warm 0 at 16 and 64 B, 0.025 to 0.086 at 1 KiB,
+    /// 0.12 to 0.16 mixed, 0.14 to 0.24 at 8 KiB; cold 1.07 to 1.25 at
+    /// 1 KiB, 0.95 to 1.18 at 8 KiB, 0.26 to 0.29 mixed (a cold launch's
+    /// groups have no freed block to start at); the rising demand's second
+    /// launch 0.55 to 0.92 at 1 KiB, 0.59 to 1.05 at 8 KiB.
     bitfield_probes: f64,
     /// The same at 8 KiB.
     bitfield_probes_8k: f64,
@@ -154,7 +159,8 @@ struct Bounds {
     /// The most scans, per 1 000 group-mallocs, that a slot being created
     /// ended (`Event::CreationEnd`: a wait that gave up, or the table's
     /// end after a crowded creation; the group scans again) — the issue's
-    /// "scans ended by a creating slot" (target 10). A wait that then
+    /// "scans ended by a creating slot" (target 10; its sources:
+    /// `Event::CreationEnd`). A wait that then
     /// locks the new slab is in `creation_waits` alone. Every launch of
     /// this file took 0 on 2026-12-06 (20:10 UTC, release; 20:14 UTC,
     /// debug), cold ones too; with a scan that a creation ends instead of
@@ -473,7 +479,9 @@ const HALF: Bounds = Bounds {
 /// 0.4), the path 7.
 ///
 /// A debug run of the whole file on 2026-12-06 (20:32 UTC) took 7.25 at
-/// 8 KiB in the second launch, where a whole warp's walk is as before;
+/// 8 KiB in the second launch, where a whole warp's walk is as before (a
+/// split group's part of fewer than 16 lanes starts at its stream's freed
+/// block now, with no look: a round trip less when it is free);
 /// eight debug runs of this test alone (20:33-20:34 UTC, four with a
 /// small group's walk from its freed block, four without) took 7: the
 /// path bound at 8 KiB 7 → 7.5, as it was before the fifteen runs above.
@@ -1202,12 +1210,14 @@ const TIMED_COLD: Bounds = Bounds {
 /// than the untimed schedule's turns let them. The mixed launch is held
 /// to `bitfield_probes` now, looks and walk rounds together.)
 ///
-/// At 8 KiB its extra walk rounds are held to 0.12, not 0.1: in ten
-/// release runs on 2026-12-06 (20:22-20:30 UTC) they took 0.057 to 0.072,
-/// and 0.106 in one more (20:28 UTC, the 8 KiB code unchanged) whose cold
-/// launch grew 81 slabs for the demand of 65 (86 to 91 in the others): a
-/// warm launch that starts with fewer slabs walks more. Probes with looks
-/// took 0.175 to 0.349 there.
+/// At 8 KiB its extra walk rounds are held to 0.12, not 0.1: with a
+/// small group's walk from its freed block, ten release runs on
+/// 2026-12-06 (20:22-20:30 UTC) took 0.057 to 0.072 (probes with looks
+/// 0.186 to 0.241); the code before, three (20:19-20:29 UTC), 0.057 to
+/// 0.106 (0.175 to 0.349) — the 0.106 in a run whose cold launch grew 81
+/// slabs for the demand of 65 (86 to 91 in the others): a warm launch
+/// that starts with fewer slabs walks more, and a whole warp's walk at
+/// 8 KiB is the same in both.
 const TIMED_WARM: Bounds = Bounds {
     extra_probes_8k: 0.12,
     ..WARM

@@ -40,14 +40,17 @@ pub enum Event {
     /// A lane's malloc that took more than 4 scans (its search's rounds).
     LongSearch = 10,
     /// A scan that a slot being created ended (RETRY: the group scans
-    /// again): a wait for a creation that gave up, or a scan that passed
-    /// the slots a crowded creation's lanes fill and found the table's end
-    /// (the "scans ended by a creating slot"). A wait that then
-    /// locks the new slab (`CreationWait` alone) ends nothing.
+    /// again): a wait for a creation that gave up; a takeover's rebuild
+    /// still untagged after `MAX_TRIES` polls; or a scan that met a
+    /// crowded creation of its class and then the end of what it may scan
+    /// (the table's end, or an exhausted heap's window) with no room (the
+    /// issue's "scans ended by a creating slot"). A wait that then locks
+    /// the new slab (`CreationWait` alone) ends nothing.
     CreationEnd = 11,
-    /// A round of loads of bitfield words before the walk, in a slab of
-    /// few words (`Slab::roomy_start`): a probe of the bitfield as a second
-    /// round of the walk is, one round trip.
+    /// A round of loads of bitfield words in a slab of few words
+    /// (`Slab::roomy_start`: before the walk, or after a round that lost
+    /// its word and found no room in it): a probe of the bitfield, one
+    /// round trip, as a walk round is.
     Look = 12,
 }
 

@@ -213,7 +213,8 @@ impl Slab {
     /// stream's hint names the slab it last used) finds the bits it freed
     /// free again. In a slab of few words (`LOOK_WORDS`: 1 KiB blocks and
     /// larger), where the warps that share it meet in their words, the
-    /// walk starts where a load says there is room instead (`roomy_start`).
+    /// walk of a group whose stream's hint names no block of the slab
+    /// starts where a load says there is room instead (`roomy_start`).
     /// Lanes that land in one word set their bits with one `fetch_or`;
     /// lanes that lost use the word it returned: to the first run of free
     /// bits there that holds them all (from the warp's bit on), or, when
@@ -230,8 +231,8 @@ impl Slab {
     /// slab of few words a small group that finds the hint's block taken
     /// learns the word from its `fetch_or` and takes a free run of it at
     /// once: its second round costs the round trip that a look cost every
-    /// such malloc before. In the contention test's mixed launch, warm
-    /// (2026-12-06, 19:53-20:30 UTC), lone lanes that start at the hint's
+    /// such malloc before. In the contention test's mixed launch (cold and
+    /// warm; 2026-12-06, 19:53-20:30 UTC), lone lanes that start at the hint's
     /// block lose it 11 % of the time in slabs under a quarter full, 45 %
     /// in slabs three quarters full — another warp that took the block
     /// and freed it points its own hint there too — and groups of 2 to 15
@@ -332,8 +333,9 @@ impl Slab {
             // freed at a word's first bit reads the same: one in 32). With
             // the aimed block itself, the mixed launch after a spread took
             // 0.238 extra walk rounds per group-malloc, 0.131 to 0.151 so.
-            if named.is_multiple_of(WORD_BITS) {
-                named + pref
+            let at = named + pref;
+            if named.is_multiple_of(WORD_BITS) && at < bits {
+                at
             } else {
                 named
             }
