@@ -135,7 +135,8 @@ struct Bounds {
     /// 0.12 to 0.16 mixed, 0.14 to 0.24 at 8 KiB; cold 1.07 to 1.25 at
     /// 1 KiB, 0.95 to 1.18 at 8 KiB, 0.26 to 0.29 mixed (a cold launch's
     /// groups have no freed block to start at); the rising demand's second
-    /// launch 0.55 to 0.92 at 1 KiB, 0.59 to 1.05 at 8 KiB.
+    /// launch 0.55 to 0.92 at 1 KiB, 0.59 to 1.10 at 8 KiB (three more
+    /// debug runs, 21:25-21:29 UTC).
     bitfield_probes: f64,
     /// The same at 8 KiB.
     bitfield_probes_8k: f64,
