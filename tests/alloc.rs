@@ -1877,9 +1877,7 @@ fn a_crowded_scan_at_the_tables_end_scans_again() {
             got.len(),
             "seed {seed}: a block handed out twice"
         );
-        for chunk in got.chunks(32) {
-            free_warp(&mut heap, chunk);
-        }
+        free_counts(&mut heap, &LaunchConfig::linear(warps, 32), &got);
         assert_empty(
             &mut heap,
             &format!("seed {seed}: a crowded scan at the table's end"),
