@@ -1473,8 +1473,70 @@ fn a_lone_lanes_pair_costs_eight_round_trips() {
     }
 }
 
+/// A whole warp's malloc and free at 8 KiB, on a slab that four other
+/// warps' blocks keep half full (128 of its 255 blocks): after each free
+/// the slab has room for 127 blocks, a warp's group once over but not
+/// four times, and the warp's next malloc locks its stream's slot without
+/// a look first (a roomy hint: `ROOMY_BLOCKS`, heap/mod.rs) and walks from
+/// the run it freed — 7 dependent round trips a pair, as on an empty
+/// slab: the hint's load, the lock, the `fetch_or`; the granule's load,
+/// the lock, the `fetch_and` and the release. With room four times over
+/// asked for (`ROOMY_BLOCKS` 128, until 2026-12-06, night) the warp
+/// looked at the slot's word before each lock: 8 (the test fails so).
+#[test]
+fn a_warp_back_at_a_half_full_slab_locks_it_without_a_look() {
+    const SIZE: u32 = 8 << 10;
+    const ROUNDS: u32 = 8;
+    assert_eq!(geometry(class_index(SIZE)).usable, 255);
+    let mut heap = heap(16 * SLAB_SIZE, 64);
+    let converged = |lanes: u32| {
+        LaunchConfig::linear(1, lanes)
+            .seed(0x4a1f)
+            .workers(1)
+            .convergence(Convergence::Converged)
+    };
+    // Four warps' blocks, held: one slab, half full.
+    let (held, _) = malloc_sizes_with(&mut heap, &converged(128), &[SIZE; 128]);
+    assert!(held.iter().all(|&p| p != 0), "{held:?}");
+    let slabs = |held: &[u64]| {
+        let mut s: Vec<u64> = held.iter().map(|p| p & !(SLAB_SIZE - 1)).collect();
+        s.dedup();
+        s.len()
+    };
+    assert_eq!(slabs(&held), 1, "the four warps share a slab");
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    let launch = |heap: &mut Heap, rounds: u32| {
+        run(
+            heap,
+            &converged(32),
+            alloc_free::Args {
+                stats: stats_buf.kernel_ptr(),
+                size: SIZE,
+                rounds,
+            },
+        )
+        .expect("simulator counts")
+    };
+    // Warp 0 of each launch is stream 0, as warp 0 of the holders was:
+    // its first pair finds the half-full slab and leaves its hint there.
+    launch(&mut heap, 1);
+    let warm = launch(&mut heap, ROUNDS);
+    let st = heap.stats().expect("stats");
+    assert_eq!(st.traffic.slabs_from_provider, 1, "{st:?}");
+    // The kernel's own: its four counters and the load at its end.
+    let trips = warm.least_round_trips - 5;
+    assert_eq!(
+        trips,
+        u64::from(7 * ROUNDS),
+        "{trips} round trips for {ROUNDS} pairs: {warm:?}"
+    );
+    assert_eq!(warm.events[Event::Look as usize], 0, "{warm:?}");
+    free_counts(&mut heap, &converged(128), &held);
+    assert_empty(&mut heap, "a warp back at a half-full slab");
+}
+
 /// A group that comes back to its stream's slab (the slab its last free
-/// went to, with room then for its group four times over: a roomy hint,
+/// went to, with room then for its group: a roomy hint,
 /// locked without a look) and finds room there for only part of it takes
 /// none while the heap may grow: it is served whole in another slab,
 /// rather than split over two — one lane scanning again, a lock and a free

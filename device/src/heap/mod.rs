@@ -136,7 +136,7 @@ pub const MAX_SLOTS: usize = 32_768;
 /// slot: heap/search.rs), plus one (0: no hint); above it, the
 /// block it last freed there, plus one (0: none; a block the field cannot
 /// hold, in the classes of the smallest blocks, is none), and whether that
-/// free left the slab room for a warp's group four times over
+/// free left the slab room for a warp's group
 /// (`HINT_ROOMY`, `ROOMY_BLOCKS`; a malloc at the hint that leaves less
 /// clears it): a malloc of the stream that finds room at the hint's slot
 /// starts its walk there if its group has half a word of lanes or more
@@ -167,15 +167,34 @@ pub(crate) const HINT_SLOT_MASK: u32 = (1 << HINT_BLOCK_SHIFT) - 1;
 /// bits of the slab's address (aligned to `SLAB_SIZE`).
 pub(crate) const HINT_BLOCK_MASK: u32 = (1 << (32 - HINT_BLOCK_SHIFT)) - 1;
 /// The block field's top bit (shifted down): the free that set the hint
-/// left its slab room for a warp's group four times over
-/// (`ROOMY_BLOCKS`).
+/// left its slab room for a warp's group (`ROOMY_BLOCKS`).
 pub(crate) const HINT_ROOMY: u32 = 1 << (31 - HINT_BLOCK_SHIFT);
 /// Free blocks a release must leave for the freeing stream's hint to be
-/// roomy: a warp's group four times over, whatever the freeing group's
-/// size — a lane's free must not send its warp's next group of 32 blind
-/// into a slab with room for a few. A malloc at the hint that leaves less
-/// clears the bit.
-pub(crate) const ROOMY_BLOCKS: u32 = 4 * 32;
+/// roomy: a warp's group, whatever the freeing group's size — a lane's
+/// free must not send its warp's next group of 32 blind into a slab with
+/// room for a few. A malloc at the hint that leaves less clears the bit.
+///
+/// Once over, not four times (128, until 2026-12-06, night): a whole warp
+/// at 8 KiB that frees into a slab half full comes back to it without a
+/// look (a pair of 7 round trips, not 8: the test
+/// `a_warp_back_at_a_half_full_slab_locks_it_without_a_look`). Four times
+/// over had kept the walk's collisions down while a stream's slab filled
+/// between its free and its next malloc with warps displaced from theirs;
+/// since a group is served whole or not at all at home (`at_home`) and a
+/// group away from home wants room three times over near its hint
+/// (`headroom`), a blind lock at home seldom meets a full slab. In the
+/// contention test's launches at 8 KiB (2026-12-06, 22:35–22:51 UTC, the
+/// build machine; release runs, four times over against once over): warm,
+/// round trips per pair (the mean over the warps) 8.5 against 7.8 to 8.0
+/// (three runs each), full locks per group-malloc 0.003 to 0.005 against
+/// 0.012 to 0.022; timed warm, 5 102 to 5 232 cycles per warp-pair
+/// against 4 897 to 5 040 (eight runs each) and 8.2 to 8.5 round trips
+/// against 7.6 to 7.9; warm and timed warm, guard RMWs per group-pair
+/// 3.02 to 3.10 against 3.07 to 3.14, extra walk rounds 0.044 to 0.071
+/// against 0.040 to 0.073, the path 7 in both (BENCHMARKS.md, "A roomy
+/// hint at room for one group"). Twice and three times over fell between
+/// (8.0 to 8.4 round trips warm, three runs each).
+pub(crate) const ROOMY_BLOCKS: u32 = simt::WARP_SIZE;
 /// Blocks a hint names: a free of block `i ≥ HINT_BLOCKS` stores none, so
 /// that no field a free stores, roomy or not, is one of the two sentinels
 /// (`0xfffe` and `0xffff`: the field's highest values).
@@ -742,7 +761,7 @@ impl DeviceHeap {
                 // field a free stores is one of its two highest values,
                 // which say "a stream's last try" and "no hint of its
                 // own"); the roomy bit where the slab has room for a
-                // warp's group four times over (`ROOMY_BLOCKS`), so that
+                // warp's group (`ROOMY_BLOCKS`), so that
                 // the stream's next malloc locks it without a look
                 // (`locks_blind`).
                 let block = index.filter(|&i| i < HINT_BLOCKS).map_or(0, |i| i + 1)
@@ -927,7 +946,7 @@ impl DeviceHeap {
     /// one is not used). The k-th stream sent to a slab gets word k as its
     /// block (modulo the words a hint names), and the roomy mark while the
     /// k streams before it, a warp's group each, would leave the slab room
-    /// for a group four times over (`ROOMY_BLOCKS`): its first malloc
+    /// for a warp's group (`ROOMY_BLOCKS`): its first malloc
     /// locks blind and walks from its own word. A hint that names a
     /// slab of its class with live blocks stays. Classes with no empty
     /// slab are left alone.
@@ -983,7 +1002,7 @@ impl DeviceHeap {
                 };
                 // Roomy (locked blind) while the streams before it on the
                 // slab, a group each, would leave it room for a warp's
-                // group four times over — as a free marks it.
+                // group — as a free marks it.
                 let before = round.saturating_mul(WORD_BITS);
                 let roomy = if before.saturating_add(ROOMY_BLOCKS) <= usable {
                     HINT_ROOMY

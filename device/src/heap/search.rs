@@ -457,7 +457,7 @@ const BLIND_LOCK_USABLE: u32 = 1024;
 
 /// A hint word (as `hint` returns it) at or above this, and below
 /// `NEWCOMER`, is roomy: the free that set it left the slab room for a
-/// warp's group four times over (`HINT_ROOMY`, `ROOMY_BLOCKS`).
+/// warp's group (`HINT_ROOMY`, `ROOMY_BLOCKS`).
 const ROOMY: u32 = HINT_ROOMY << HINT_BLOCK_SHIFT;
 const _: () = assert!(ROOMY < NEWCOMER);
 
@@ -479,9 +479,9 @@ fn crowded_past(before: u32, usable: u32) -> u32 {
 /// group of at most a 32nd of a slab's blocks in the others — a group
 /// that small seldom finds its stream's slab full; and where the hint is
 /// roomy (`ROOMY`: its stream's last free there left room for a warp's
-/// group four times over, so the slab seldom fills before the stream's
-/// next malloc). A caller about to store a hint that is not roomy (the
-/// slot alone) passes 0.
+/// group, and a group served whole at home or not at all, `at_home`,
+/// seldom finds that room gone at its next malloc). A caller about to
+/// store a hint that is not roomy (the slot alone) passes 0.
 ///
 /// The small groups: in the contention test's mixed launch, where most
 /// groups are a lane or two, the path went from 9 to 8 round trips per
@@ -504,7 +504,9 @@ fn crowded_past(before: u32, usable: u32) -> u32 {
 /// the frees that stored none sent two thirds of the walks to a look into
 /// a crowded slab, where one in six collided (0.165 extra walk rounds
 /// at four times over); with the room flagged apart, one in sixteen walks
-/// from the hint's block collided.
+/// from the hint's block collided. (All that with room four times over;
+/// once over since 2026-12-06, night, after `at_home` and `headroom` had
+/// changed who meets a stream's slab: `ROOMY_BLOCKS`.)
 #[inline(always)]
 fn locks_blind(usable: u32, n: u32, hinted: u32) -> bool {
     usable >= BLIND_LOCK_USABLE || n * 32 <= usable || (ROOMY..NEWCOMER).contains(&hinted)
