@@ -413,7 +413,7 @@ const COLD: Bounds = Bounds {
 /// slab looks too.
 ///
 /// With a roomy hint at room for one warp's group, not four
-/// (`ROOMY_BLOCKS`; 2026-12-06, 22:35-22:58 UTC, the build machine), at
+/// (`ROOMY_BLOCKS`; 2026-12-06, 22:40-22:58 UTC, the build machine), at
 /// 8 KiB warm: round trips per pair, the mean over the warps, 7.8 to 8.0
 /// in three release runs of the whole file (8.5 in three of the code
 /// before), 7.8 to 8.4 in five debug runs (8.6 to 8.8 in three); probes
@@ -1209,11 +1209,12 @@ fn a_rising_demand_grows_the_heap_in_the_launch() {
 /// a bound of 70, set after the first five, had too little room; 90
 /// held the search to a third of what it was before `crowded_past`.
 /// That too had too little: eight release runs of the same code that
-/// night (22:41-22:51 UTC) took 51.4 to 74.3 and, once, 97.3 (a run whose
-/// cold launch grew 88 slabs, as others did); with a roomy hint at room
-/// for one group (`ROOMY_BLOCKS`), eleven runs took 56.9 to 75.3 (two of
-/// them debug, 60.1 and 63.1). 120 holds it to about half the 219 to 223
-/// of before `crowded_past`.
+/// night (22:40-22:51 UTC) took 51.4 to 74.3 and, once, 97.3 (a run whose
+/// cold launch grew 88 slabs; five others grew 87 to 89); with a roomy
+/// hint at room for one group (`ROOMY_BLOCKS`), nine release runs
+/// (22:38-22:51 UTC) took 56.9 to 75.3 and two debug ones (22:54-22:55
+/// UTC) 60.1 and 63.1. 120 holds it to about half the 219 to 223 of
+/// before `crowded_past`.
 const TIMED_COLD: Bounds = Bounds {
     long_searches_8k: 120.0,
     ..COLD

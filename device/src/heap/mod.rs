@@ -174,26 +174,35 @@ pub(crate) const HINT_ROOMY: u32 = 1 << (31 - HINT_BLOCK_SHIFT);
 /// free must not send its warp's next group of 32 blind into a slab with
 /// room for a few. A malloc at the hint that leaves less clears the bit.
 ///
-/// Once over, not four times (128, until 2026-12-06, night): a whole warp
-/// at 8 KiB that frees into a slab half full comes back to it without a
-/// look (a pair of 7 round trips, not 8: the test
-/// `a_warp_back_at_a_half_full_slab_locks_it_without_a_look`). Four times
-/// over had kept the walk's collisions down while a stream's slab filled
-/// between its free and its next malloc with warps displaced from theirs;
-/// since a group is served whole or not at all at home (`at_home`) and a
-/// group away from home wants room three times over near its hint
-/// (`headroom`), a blind lock at home seldom meets a full slab. In the
-/// contention test's launches at 8 KiB (2026-12-06, 22:35–22:51 UTC, the
-/// build machine; release runs, four times over against once over): warm,
-/// round trips per pair (the mean over the warps) 8.5 against 7.8 to 8.0
-/// (three runs each), full locks per group-malloc 0.003 to 0.005 against
-/// 0.012 to 0.022; timed warm, 5 102 to 5 232 cycles per warp-pair
-/// against 4 897 to 5 040 (eight runs each) and 8.2 to 8.5 round trips
-/// against 7.6 to 7.9; warm and timed warm, guard RMWs per group-pair
-/// 3.02 to 3.10 against 3.07 to 3.14, extra walk rounds 0.044 to 0.071
-/// against 0.040 to 0.073, the path 7 in both (BENCHMARKS.md, "A roomy
-/// hint at room for one group"). Twice and three times over fell between
-/// (8.0 to 8.4 round trips warm, three runs each).
+/// Once over, not four times (128, until 2026-12-06, night). A whole
+/// warp's free leaves its own group's room, so its hint is roomy whatever
+/// else the slab holds (unless locks in flight overfill the count), and
+/// its stream's next malloc locks the slab without a look (a pair of 7
+/// round trips, not 8: the test
+/// `a_warp_back_at_a_half_full_slab_locks_it_without_a_look`); a free of
+/// fewer lanes still asks for the rest of a group's room. Four times over
+/// had kept the walk's collisions down while a stream's slab filled
+/// between its free and its next malloc with warps displaced from
+/// theirs; since a group is served whole or not at all at home
+/// (`at_home`) and a group away from home wants room three times over
+/// near its hint (`headroom`), a blind lock at home seldom meets a full
+/// slab. In the contention test's launches at 8 KiB (2026-12-06, 22:34–
+/// 22:51 UTC, the build machine; release runs, four times over against
+/// once over; BENCHMARKS.md, "A roomy hint at room for one group"):
+/// * warm, three runs of the whole file each: round trips per pair (the
+///   mean over the warps) 8.5 against 7.8 to 8.0; full locks per
+///   group-malloc 0.003 to 0.005 against 0.012 to 0.022; guard RMWs per
+///   group-pair 3.02 to 3.03 against 3.07 to 3.10; extra walk rounds
+///   0.049 to 0.062 against 0.040 to 0.046;
+/// * timed warm, eight runs each: 5 102 to 5 232 cycles per warp-pair
+///   against 4 897 to 5 040, 8.2 to 8.5 round trips against 7.6 to 7.9,
+///   guard RMWs 3.07 to 3.10 against 3.08 to 3.14, extra walk rounds
+///   0.044 to 0.071 against 0.042 to 0.073;
+/// * the path 7 in all.
+///
+/// Twice and three times over fell between (8.0 to 8.4 round trips warm,
+/// three runs each of the 8 KiB case alone), and any room at all (1) was
+/// no better than once over.
 pub(crate) const ROOMY_BLOCKS: u32 = simt::WARP_SIZE;
 /// Blocks a hint names: a free of block `i ≥ HINT_BLOCKS` stores none, so
 /// that no field a free stores, roomy or not, is one of the two sentinels
