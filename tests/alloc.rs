@@ -1501,13 +1501,11 @@ fn a_warp_back_at_a_half_full_slab_locks_it_without_a_look() {
     };
     // Four warps' blocks, held: one slab, half full.
     let (held, _) = malloc_sizes_with(&mut heap, &converged(128), &[SIZE; 128]);
-    assert!(held.iter().all(|&p| p != 0), "{held:?}");
-    let slabs = |held: &[u64]| {
-        let mut s: Vec<u64> = held.iter().map(|p| p & !(SLAB_SIZE - 1)).collect();
-        s.dedup();
-        s.len()
-    };
-    assert_eq!(slabs(&held), 1, "the four warps share a slab");
+    let home = slab_of(&held[0]);
+    assert!(
+        held.iter().all(|p| *p != 0 && slab_of(p) == home),
+        "the four warps share a slab: {held:x?}"
+    );
     let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
     let launch = |heap: &mut Heap, rounds: u32| {
         run(
