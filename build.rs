@@ -10,15 +10,20 @@ use std::path::PathBuf;
 
 use warpalloc_builder::{Arch, PtxBuilder, PtxOutput, declarations};
 
-/// Builds kernels-tests for `arch` to `file`; a compiler warning in the
-/// device code fails the build (the repository's device code is
-/// warning-free).
-fn build(arch: Arch, file: &std::path::Path) -> PtxOutput {
-    match PtxBuilder::new("kernels-tests")
-        .arch(arch)
-        .out_file(file)
-        .build()
-    {
+/// The events global's name (`warpalloc_device::event::EVENTS_SYMBOL`,
+/// which a build script cannot import: the device crate is no build
+/// dependency; `tests/ptx.rs` checks that the two agree).
+const EVENTS_SYMBOL: &str = "WARPALLOC_EVENTS";
+
+/// Builds kernels-tests for `arch` to `file`, with the crate's `features`;
+/// a compiler warning in the device code fails the build (the repository's
+/// device code is warning-free).
+fn build(arch: Arch, file: &std::path::Path, features: &[&str]) -> PtxOutput {
+    let builder = features.iter().fold(
+        PtxBuilder::new("kernels-tests").arch(arch).out_file(file),
+        |b, f| b.feature(*f),
+    );
+    match builder.build() {
         Ok(ptx) if ptx.warnings.is_empty() => ptx,
         Ok(ptx) => {
             eprintln!(
@@ -40,11 +45,30 @@ fn main() {
         eprintln!("error: OUT_DIR is not set (not run by cargo?)");
         std::process::exit(1);
     };
-    let ptx = build(Arch::Sm75, &out_dir.join("kernels_tests.ptx"));
-    let sm80 = build(Arch::Sm80, &out_dir.join("kernels_tests_sm80.ptx"));
+    let ptx = build(Arch::Sm75, &out_dir.join("kernels_tests.ptx"), &[]);
+    let sm80 = build(Arch::Sm80, &out_dir.join("kernels_tests_sm80.ptx"), &[]);
     if sm80.kernels != ptx.kernels || sm80.globals != ptx.globals {
         eprintln!(
             "error: the sm_75 and sm_80 builds of kernels-tests differ in kernels or globals"
+        );
+        std::process::exit(1);
+    }
+    // The events build (`warpalloc bench --events` on a GPU): the sm_80
+    // kernels counting the allocator's events in one more global.
+    let events = build(
+        Arch::Sm80,
+        &out_dir.join("kernels_tests_sm80_events.ptx"),
+        &["gpu-events"],
+    );
+    let mut with_events = sm80.globals.clone();
+    with_events.push(EVENTS_SYMBOL.into());
+    let (mut got, mut want) = (events.globals.clone(), with_events);
+    got.sort();
+    want.sort();
+    if events.kernels != sm80.kernels || got != want {
+        eprintln!(
+            "error: the events build of kernels-tests has kernels or globals other than the sm_80 build's and WARPALLOC_EVENTS: {:?}, {:?}",
+            events.kernels, events.globals
         );
         std::process::exit(1);
     }

@@ -18,6 +18,14 @@ pub mod ptx {
     pub const KERNELS_TESTS_SM80: &str =
         include_str!(concat!(env!("OUT_DIR"), "/kernels_tests_sm80.ptx"));
 
+    /// The sm_80 kernels built with the device crate's `gpu-events`: the
+    /// allocator counts its events in the module global
+    /// `WARPALLOC_EVENTS` (`warpalloc_device::event`), which
+    /// `warpalloc bench --events` reads on a GPU. Same kernels, one more
+    /// global; for counting, not timing.
+    pub const KERNELS_TESTS_SM80_EVENTS: &str =
+        include_str!(concat!(env!("OUT_DIR"), "/kernels_tests_sm80_events.ptx"));
+
     /// The module for a GPU of compute capability `cc`: the sm_80 build
     /// from 8.0 on, else the sm_75 one. The emulated device (0.0) gets the
     /// sm_75 module (the simulator runs the same Rust either way; which
@@ -27,6 +35,19 @@ pub mod ptx {
             KERNELS_TESTS_SM80
         } else {
             KERNELS_TESTS
+        }
+    }
+
+    /// The module that counts events on a GPU of compute capability `cc`
+    /// (8.0 and later: [`KERNELS_TESTS_SM80_EVENTS`]); elsewhere
+    /// [`for_capability`]'s — the simulator counts events in any build, and
+    /// a Turing GPU has no events build (its loads of the sm_80 module
+    /// would fail).
+    pub fn events_for_capability(cc: (i32, i32)) -> &'static str {
+        if cc >= (8, 0) {
+            KERNELS_TESTS_SM80_EVENTS
+        } else {
+            for_capability(cc)
         }
     }
 

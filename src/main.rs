@@ -227,6 +227,14 @@ enum Command {
         /// The cases to run (default: all), separated by commas or spaces.
         #[arg(long, num_args = 1.., value_delimiter = ',', value_enum)]
         cases: Vec<bench::Case>,
+        /// Count the allocator's events (scans, slot locks, walk rounds,
+        /// looks) in each warm launch and print them per group under its
+        /// row: on a GPU of compute capability 8.0 or later with the
+        /// events build of the kernels (a reduction per event, so its rates
+        /// are not the allocator's), in the simulator from its own
+        /// counters.
+        #[arg(long)]
+        events: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -326,6 +334,7 @@ fn main() -> ExitCode {
             rounds,
             block,
             cases,
+            events,
             json,
             plot,
             schedule,
@@ -336,6 +345,7 @@ fn main() -> ExitCode {
                 rounds,
                 block,
                 cases,
+                events,
             };
             let mut started = false;
             let report = bench::bench(prefer, schedule.schedule(), &args, |target, row| {

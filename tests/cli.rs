@@ -496,6 +496,130 @@ fn bench_timed_reports_cycles_per_pair() {
     );
 }
 
+/// `bench --events` prints the allocator's events of each warm launch
+/// under its row and puts them in the JSON (here the simulator's counts:
+/// on a GPU the kernels' events build's), per group; without the flag
+/// there are none. A warm alloc-free launch of whole warps at 64 B makes a
+/// group a warp: each malloc scans once, and every group-malloc locks a
+/// slot.
+#[test]
+fn bench_events_counts_the_allocators_events_per_group() {
+    let args = [
+        "--simulator",
+        "bench",
+        "--cases",
+        "alloc-free,mixed",
+        "--sizes",
+        "64",
+        "--threads",
+        "512",
+        "--block",
+        "128",
+        "--workers",
+        "1",
+    ];
+    let with: Vec<&str> = args.iter().copied().chain(["--events"]).collect();
+    let (ok, text) = warpalloc(&with);
+    assert!(ok, "{text}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("events (")).collect();
+    assert_eq!(lines.len(), 2, "an events line a row:\n{text}");
+    for line in &lines {
+        assert!(
+            line.starts_with("    events (simulator, per group of ")
+                && line.contains(" scans, ")
+                && line.contains(" extra walk rounds, "),
+            "{line}"
+        );
+    }
+    let json: Vec<&str> = with.iter().copied().chain(["--json"]).collect();
+    let report = warpalloc_json(&json);
+    let rows = report["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{report}");
+    for row in rows {
+        let events = &row["events"];
+        assert_eq!(events["counted_on"], "simulator", "{row}");
+        assert!(events["groups"].as_u64().is_some_and(|g| g > 0), "{row}");
+        for k in [
+            "scans",
+            "slot_locks",
+            "full_locks",
+            "partial_fits",
+            "creation_waits",
+            "claims",
+            "extra_walk_rounds",
+            "looks",
+        ] {
+            let per = events[k].as_f64();
+            assert!(per.is_some_and(|p| (0.0..10.0).contains(&p)), "{k}: {row}");
+        }
+    }
+    // 512 threads at 64 B, whole warps converged: a group a warp-malloc,
+    // each of which scans and locks a slot at least once. (With mixed
+    // sizes a free's groups may outnumber the malloc's: a group the slabs'
+    // room split frees into two.)
+    let events = &rows[0]["events"];
+    assert_eq!(events["groups"], 512 / 32 * 4, "{report}");
+    for k in ["scans", "slot_locks"] {
+        assert!(
+            events[k].as_f64().is_some_and(|p| p >= 1.0),
+            "{k}: {report}"
+        );
+    }
+    let (ok, text) = warpalloc(&args);
+    assert!(ok && !text.contains("events ("), "{text}");
+    let plain: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let report = warpalloc_json(&plain);
+    assert!(report["rows"][0]["events"].is_null(), "{report}");
+}
+
+/// The GPU check's events step (`run.sh`: `bench --events` with the
+/// kernels' events build) becomes a table in its report, a row per bench
+/// row with its events per group, and the JSON's `events` rows; a row with
+/// no events (a GPU with no events build) says so. Here the rows are the
+/// simulator's.
+#[test]
+fn the_device_report_shows_the_events_counted_on_the_gpu() {
+    let out = report_dir("events");
+    let md = device_report(&out);
+    assert!(
+        !md.contains("events on the GPU"),
+        "an events section with no events step:\n{md}"
+    );
+    let args: Vec<&str> = REPORT_BENCH.iter().copied().chain(["--events"]).collect();
+    let mut got = warpalloc_json(&args);
+    // The second row as a GPU with no events build reports it.
+    got["rows"][1]["events"] = serde_json::Value::Null;
+    std::fs::write(out.join("events-alloc-free-64.json"), got.to_string()).unwrap();
+    std::fs::write(out.join("events-alloc-free-64.err"), "exit 0\n").unwrap();
+    let md = device_report(&out);
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("device-check.json")).expect("the JSON"),
+    )
+    .expect("JSON");
+    let _ = std::fs::remove_dir_all(&out);
+    let section = md
+        .split("## the allocator's events on the GPU, per group")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no events section:\n{md}"));
+    let row = |threads: u32| {
+        section
+            .lines()
+            .find(|l| l.starts_with(&format!("| alloc_free | {threads} | 64 B |")))
+            .unwrap_or_else(|| panic!("no row at {threads} threads:\n{section}"))
+    };
+    let groups = got["rows"][0]["events"]["groups"].as_u64().expect("groups");
+    assert!(
+        row(256).contains(&format!("| simulator | {groups} | ")),
+        "{}",
+        row(256)
+    );
+    assert!(row(512).contains("no events"), "{}", row(512));
+    let rows = json["events"]["rows"].as_array().expect("events rows");
+    assert_eq!(rows.len(), 1, "{}", json["events"]);
+    assert_eq!(rows[0]["threads"], 256);
+    assert_eq!(rows[0]["groups"], groups);
+}
+
 #[test]
 fn bench_runs_the_cases_asked_for() {
     let (ok, text) = warpalloc(&[

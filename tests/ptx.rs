@@ -156,6 +156,77 @@ fn the_sm80_module_matches_and_uses_what_sm80_added() {
     assert!(!code(ptx::KERNELS_TESTS).contains("redux.sync"));
 }
 
+/// The events build ([`ptx::KERNELS_TESTS_SM80_EVENTS`], for `bench
+/// --events` on a GPU) has the sm_80 module's kernels and one more global,
+/// `WARPALLOC_EVENTS`, of `EVENT_ROWS` rows of `EVENTS` counters; the
+/// allocator's code counts into it with a reduction (no path waits for
+/// it), the other modules have no such global, the tool loads it only
+/// where asked and on compute capability 8.0 or later, it carries the
+/// host's heap layout, and ptxas assembles it for sm_90 with no spill.
+#[test]
+fn the_events_build_counts_into_its_own_global() {
+    use warpalloc_device::event::{EVENT_ROWS, EVENTS, EVENTS_SYMBOL};
+    let events = symbols(ptx::KERNELS_TESTS_SM80_EVENTS);
+    assert_eq!(events.kernels, ptx::KERNEL_NAMES);
+    let mut want: Vec<String> = ptx::GLOBAL_NAMES.iter().map(|g| g.to_string()).collect();
+    want.push(EVENTS_SYMBOL.into());
+    let mut got = events.globals.clone();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+    let declaration = format!(
+        ".visible .global .align 8 .b8 {EVENTS_SYMBOL}[{}]",
+        EVENT_ROWS * EVENTS * 8
+    );
+    assert!(
+        ptx::KERNELS_TESTS_SM80_EVENTS.contains(&declaration),
+        "no {declaration}"
+    );
+    for plain in [ptx::KERNELS_TESTS, ptx::KERNELS_TESTS_SM80] {
+        assert!(!plain.contains(EVENTS_SYMBOL));
+    }
+    // The allocator's paths count: a malloc scans, a free touches a slab.
+    let fns = functions(ptx::KERNELS_TESTS_SM80_EVENTS);
+    for kernel in ["malloc_only", "free_only"] {
+        let code: String = reachable(&fns, kernel)
+            .iter()
+            .map(|f| f.body.as_str())
+            .collect();
+        assert!(
+            code.contains(EVENTS_SYMBOL) && code.contains("red.relaxed.gpu.global.add.u64"),
+            "{kernel} does not count into {EVENTS_SYMBOL}"
+        );
+    }
+    for (cc, module) in [
+        ((0, 0), ptx::KERNELS_TESTS),
+        ((7, 5), ptx::KERNELS_TESTS),
+        ((8, 0), ptx::KERNELS_TESTS_SM80_EVENTS),
+        ((9, 0), ptx::KERNELS_TESTS_SM80_EVENTS),
+    ] {
+        assert!(ptx::events_for_capability(cc) == module, "{cc:?}");
+    }
+    check_heap_layout(ptx::KERNELS_TESTS_SM80_EVENTS);
+    let ptxas = Ptxas::find().unwrap_or_else(|e| panic!("{e}"));
+    let file = ptx_file("kernels_tests_sm80_events", ptx::KERNELS_TESTS_SM80_EVENTS);
+    let report = ptxas
+        .assemble(&file, Arch::Sm90)
+        .unwrap_or_else(|e| panic!("ptxas rejected the events build: {e}"));
+    for k in ptx::KERNEL_NAMES {
+        assert!(
+            report.get(k).is_some_and(|f| f.entry),
+            "{k}:\n{}",
+            report.log
+        );
+    }
+    let spills: Vec<String> = report
+        .functions
+        .iter()
+        .filter(|f| f.spills())
+        .map(|f| f.to_string())
+        .collect();
+    assert!(spills.is_empty(), "the events build spills: {spills:?}");
+}
+
 #[test]
 fn ptxas_assembles_without_spills() {
     let mut table = String::new();

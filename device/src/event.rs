@@ -60,11 +60,33 @@ pub const EVENTS: usize = 13;
 #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
 const _: () = assert!(EVENTS <= warpalloc_sim::EVENTS);
 
-/// Counts `event` for the running launch (the simulator only).
+/// Rows of `WARPALLOC_EVENTS`: a warp counts in row `%smid %
+/// EVENT_ROWS`, so that the warps of different SMs (132 on an H200) do not
+/// meet on one word per event.
+pub const EVENT_ROWS: usize = 256;
+/// The module global of a `gpu-events` build: `EVENT_ROWS` rows of
+/// `EVENTS` counters (`u64`, row-major), which the host sums
+/// (`warpalloc bench --events`).
+pub const EVENTS_SYMBOL: &str = "WARPALLOC_EVENTS";
+
+/// On the GPU, in a build with the `gpu-events` feature: the allocator's
+/// events since the module was loaded, a row per SM ([`EVENT_ROWS`]).
+/// Each [`record`] is one relaxed reduction (`red.global.add.u64`) that no
+/// path waits for — but it is memory traffic the allocator does not
+/// otherwise make: a build for counting, not for timing.
+#[cfg(all(target_arch = "nvptx64", feature = "gpu-events"))]
+#[unsafe(no_mangle)]
+pub static WARPALLOC_EVENTS: [[crate::sync::AtomicU64; EVENTS]; EVENT_ROWS] =
+    [const { [const { crate::sync::AtomicU64::new(0) }; EVENTS] }; EVENT_ROWS];
+
+/// Counts `event` for the running launch: in the simulator; on the GPU
+/// in a `gpu-events` build (`WARPALLOC_EVENTS`); else nowhere.
 #[inline(always)]
 pub fn record(event: Event) {
     #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
     warpalloc_sim::count_event(event as usize);
-    #[cfg(any(target_arch = "nvptx64", loom))]
+    #[cfg(all(target_arch = "nvptx64", feature = "gpu-events"))]
+    WARPALLOC_EVENTS[crate::simt::sm_id() as usize % EVENT_ROWS][event as usize].add(1);
+    #[cfg(any(all(target_arch = "nvptx64", not(feature = "gpu-events")), loom))]
     let _ = event;
 }

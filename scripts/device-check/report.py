@@ -342,6 +342,42 @@ def candidate_table(out, bench):
     return {"revision": revision, "pairs": pairs, "missing": got["missing"]}, md
 
 
+def events_table(out):
+    """The allocator's events counted on the GPU (run.sh's events step:
+    `bench --events`, the kernels' events build), a row per bench row: per
+    group (a warp's lanes freeing into one slab, as the simulator's
+    contention test counts). None when the step did not run."""
+    got = bench_rows(out, "events-")
+    if not got["rows"] and not got["missing"]:
+        return None, []
+    md = ["## the allocator's events on the GPU, per group", "",
+          "The warm launch of each case, counted by the kernels' events build (a reduction per "
+          "event: its rates are not the allocator's, and none is shown). A group is a warp's lanes "
+          "freeing into one slab. The simulator's contention test holds its warm launches to 1.2 "
+          "scans and 0.1 extra walk rounds per group-malloc (mixed sizes: 0.2 walk rounds and looks).", "",
+          "| case | threads | size | counted on | groups | scans | slot locks | full | partial | "
+          "creation waits | claims | extra walk rounds | looks |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
+    for r in got["rows"]:
+        size = f"{r['min_bytes']} B" if r["min_bytes"] == r["max_bytes"] else f"{r['min_bytes']}-{r['max_bytes']} B"
+        e = r.get("events")
+        if not e:
+            why = r.get("error") or "no events (not the events build: a GPU before sm_80?)"
+            md.append(f"| {r['case']} | {r['threads']} | {size} | {why} |" + " |" * 9)
+            continue
+        md.append(f"| {r['case']} | {r['threads']} | {size} | {e['counted_on']} | {e['groups']} | "
+                  f"{e['scans']:.3f} | {e['slot_locks']:.3f} | {e['full_locks']:.3f} | "
+                  f"{e['partial_fits']:.3f} | {e['creation_waits']:.3f} | {e['claims']:.3f} | "
+                  f"{e['extra_walk_rounds']:.3f} | {e['looks']:.3f} |")
+        rows.append(dict(e, case=r["case"], threads=r["threads"],
+                         min_bytes=r["min_bytes"], max_bytes=r["max_bytes"]))
+    if got["missing"]:
+        md += ["", "event cases without all their rows: " + "; ".join(got["missing"])]
+    md.append("")
+    return {"rows": rows, "missing": got["missing"]}, md
+
+
 def main(out):
     out = Path(out)
     report = {
@@ -512,6 +548,10 @@ def main(out):
     if candidate_md:
         md.append("")
         md += candidate_md
+    report["events"], events_md = events_table(out)
+    if events_md:
+        md.append("")
+        md += events_md
     sanitized = report.get("sanitized_stress") or {}
     if sanitized:
         md.append("")

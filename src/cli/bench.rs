@@ -13,9 +13,10 @@ use warpalloc_kernels_tests::stress::{
 };
 
 use super::common::{
-    Schedule, Settings, buffer, bytes, launch, launch_report, launcher, mode_name, open_heap, rate,
-    read, read_stats, target_name,
+    Schedule, Settings, buffer, bytes, gpu_events, launch, launch_report, launcher, mode_name,
+    open_heap_with, rate, read, read_stats, target_name,
 };
+use warpalloc_device::event::{EVENTS, Event};
 
 /// What `bench` measures.
 #[derive(Clone, Debug, Serialize)]
@@ -26,6 +27,8 @@ pub struct BenchArgs {
     pub block: u32,
     /// The cases to run; empty: all.
     pub cases: Vec<Case>,
+    /// Count the allocator's events in each warm launch (`--events`).
+    pub events: bool,
 }
 
 /// A case of `bench`.
@@ -98,6 +101,10 @@ pub struct Row {
     /// cycles per pair, warm — its life from admission to its last lane's
     /// exit over its lanes' pairs (the kernel's own work included).
     pub sim_cycles_per_pair: Option<f64>,
+    /// The allocator's events in the warm launch (`--events`; `None`
+    /// without, for cases with no warm alloc-free launch, and on a GPU
+    /// with no events build).
+    pub events: Option<RowEvents>,
     pub note: String,
     /// Why the case failed (the other fields are then empty).
     pub error: Option<String>,
@@ -124,6 +131,7 @@ impl Row {
             sim_loads_per_pair: None,
             sim_sys_per_pair: None,
             sim_cycles_per_pair: None,
+            events: None,
             note: String::new(),
             error: Some(why.to_string()),
             snapshot: None,
@@ -131,7 +139,58 @@ impl Row {
     }
 }
 
-/// The warm run's simulator counts per pair.
+/// The allocator's events in a warm launch (`bench --events`), per group
+/// — the groups its frees made, a warp's lanes freeing into one slab each
+/// (`Event::FreeGroup`): what the contention test's bounds are per, a
+/// group-malloc and its free. Counted on a GPU by the events build of the
+/// kernels, in the simulator by the simulator.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct RowEvents {
+    /// "gpu" or "simulator".
+    pub counted_on: &'static str,
+    /// The groups the launch's frees made.
+    pub groups: u64,
+    /// Scans of the slot table (a malloc's search rounds), per group.
+    pub scans: f64,
+    /// Slot locks, per group.
+    pub slot_locks: f64,
+    /// Locks of a slab with no room for the group, per group.
+    pub full_locks: f64,
+    /// Locks of a slab with room for part of the group, per group.
+    pub partial_fits: f64,
+    /// Waits for (or ends at) a slot being created, per group.
+    pub creation_waits: f64,
+    /// Slots claimed for a new slab, per group.
+    pub claims: f64,
+    /// Rounds of the bitfield walk beyond a group's first, per group (the
+    /// issue's "extra probes").
+    pub extra_walk_rounds: f64,
+    /// Loads of bitfield words before or in the walk (`Slab::roomy_start`),
+    /// per group.
+    pub looks: f64,
+}
+
+impl RowEvents {
+    /// The figures of `counts` (indexed by `Event`), counted on `counted_on`.
+    fn of(counts: &[u64; EVENTS], counted_on: &'static str) -> RowEvents {
+        let groups = counts[Event::FreeGroup as usize];
+        let per = |e: Event| counts[e as usize] as f64 / groups.max(1) as f64;
+        RowEvents {
+            counted_on,
+            groups,
+            scans: per(Event::Scan),
+            slot_locks: per(Event::SlotLock),
+            full_locks: per(Event::FullLock),
+            partial_fits: per(Event::PartialFit),
+            creation_waits: per(Event::CreationWait),
+            claims: per(Event::Claim),
+            extra_walk_rounds: per(Event::ExtraProbe),
+            looks: per(Event::Look),
+        }
+    }
+}
+
+/// The warm run's simulator counts per pair, and its events.
 #[derive(Clone, Copy, Default)]
 struct PerPair {
     steps: Option<f64>,
@@ -139,6 +198,7 @@ struct PerPair {
     loads: Option<f64>,
     sys: Option<f64>,
     cycles: Option<f64>,
+    events: Option<RowEvents>,
 }
 
 /// Where the cases run: the launcher's preference and the simulator's
@@ -147,12 +207,14 @@ struct PerPair {
 struct On {
     prefer: Prefer,
     schedule: Schedule,
+    /// Count events (`--events`): on a GPU, with the events build.
+    events: bool,
 }
 
 impl On {
     /// A fresh heap with `config`.
     fn heap(self, config: HeapConfig) -> Result<Heap, HostError> {
-        open_heap(self.prefer, config, self.schedule)
+        open_heap_with(self.prefer, config, self.schedule, self.events)
     }
 }
 
@@ -252,15 +314,32 @@ fn one_launch<K: Kernel>(
     kernel: impl Fn(*mut u64) -> K,
 ) -> Result<Launch, HostError> {
     let stats = buffer::<u64>(heap, STATS_WORDS)?;
+    // On a GPU, the events build's counts before the launch (they count
+    // from the module's load).
+    let events_before = gpu_events(heap)?;
     let report = launch_report(heap, blocks, block, kernel(stats.kernel_ptr()))?;
     let s = read_stats(heap, &stats)?;
+    let events = match (&report.simulator, events_before, gpu_events(heap)?) {
+        (Some(sim), _, _) => {
+            let counts = std::array::from_fn(|i| sim.events[i]);
+            Some(RowEvents::of(&counts, "simulator"))
+        }
+        (None, Some(before), Some(after)) => {
+            let counts = std::array::from_fn(|i| after[i].wrapping_sub(before[i]));
+            Some(RowEvents::of(&counts, "gpu"))
+        }
+        _ => None,
+    };
     if s.corrupt != 0 {
         return Err(HostError::InvalidPtx(format!(
             "{what}: {} corrupt blocks",
             s.corrupt
         )));
     }
-    let mut per_pair = PerPair::default();
+    let mut per_pair = PerPair {
+        events,
+        ..PerPair::default()
+    };
     if let Some(sim) = report.simulator
         && s.allocs > 0
     {
@@ -275,6 +354,7 @@ fn one_launch<K: Kernel>(
                 let life = sim.warp_cycles as f64 / sim.warps.max(1) as f64;
                 life / (s.allocs as f64 / sim.lanes.max(1) as f64)
             }),
+            events,
         };
     }
     Ok(Launch {
@@ -426,6 +506,7 @@ fn alloc_free_row(
         sim_loads_per_pair: per.loads,
         sim_sys_per_pair: per.sys,
         sim_cycles_per_pair: per.cycles,
+        events: per.events,
         // The kernel adds its four counters once per thread.
         note: join_notes(
             &traffic,
@@ -506,6 +587,7 @@ fn footprint_case(on: On, threads: u32, block: u32, size: u32) -> Result<Row, Ho
         sim_loads_per_pair: None,
         sim_sys_per_pair: None,
         sim_cycles_per_pair: None,
+        events: None,
         note: format!("{} requested: one block per thread", bytes(requested)),
         error: None,
         snapshot: None,
@@ -588,6 +670,7 @@ fn mixed_case(on: On, threads: u32, block: u32, rounds: u32) -> Result<Row, Host
         sim_loads_per_pair: per.loads,
         sim_sys_per_pair: per.sys,
         sim_cycles_per_pair: per.cycles,
+        events: per.events,
         // Three counters per pair: allocations, bytes, frees.
         note: join_notes(
             "pattern written and checked per block",
@@ -686,6 +769,7 @@ fn fill_case(
         sim_loads_per_pair: None,
         sim_sys_per_pair: None,
         sim_cycles_per_pair: None,
+        events: None,
         error: None,
         snapshot,
         note: if spill {
@@ -721,7 +805,11 @@ pub fn bench(
     mut on_row: impl FnMut(&str, &Row),
 ) -> Result<BenchReport, HostError> {
     let mut rows = Vec::new();
-    let on = On { prefer, schedule };
+    let on = On {
+        prefer,
+        schedule,
+        events: a.events,
+    };
     let probe = on.heap(HeapConfig::default())?;
     let target = target_name(&probe);
     let resident = launcher(&probe).info().resident_warps() as u32 * 32;
@@ -745,7 +833,11 @@ pub fn bench(
         rounds: a.rounds,
     };
     let mut push = |row: Result<Row, HostError>, case: &str, threads: u32, min: u64, max: u64| {
-        let row = row.unwrap_or_else(|e| Row::failed(case, threads, min, max, &e));
+        let mut row = row.unwrap_or_else(|e| Row::failed(case, threads, min, max, &e));
+        // The simulator counts events in every launch: shown when asked.
+        if !a.events {
+            row.events = None;
+        }
         on_row(&target, &row);
         rows.push(row);
     };
@@ -903,6 +995,22 @@ pub fn print_row(r: &Row) {
             None => r.note.clone(),
         }
     );
+    if let Some(e) = &r.events {
+        println!(
+            "    events ({}, per group of {}): {:.3} scans, {:.3} slot locks ({:.3} full, {:.3} partial), \
+             {:.3} creation waits, {:.3} claims, {:.3} extra walk rounds, {:.3} looks",
+            e.counted_on,
+            e.groups,
+            e.scans,
+            e.slot_locks,
+            e.full_locks,
+            e.partial_fits,
+            e.creation_waits,
+            e.claims,
+            e.extra_walk_rounds,
+            e.looks
+        );
+    }
     if let Some(snapshot) = &r.snapshot {
         for line in snapshot.lines() {
             println!("    {line}");

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use warpalloc::{Heap, HeapConfig, Mode};
+use warpalloc_device::event::{EVENT_ROWS, EVENTS, EVENTS_SYMBOL};
 use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{Buffer, HostError, Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats};
@@ -77,11 +78,63 @@ pub fn open_heap(
     config: HeapConfig,
     schedule: Schedule,
 ) -> Result<Heap, HostError> {
+    open_heap_with(prefer, config, schedule, false)
+}
+
+/// [`open_heap`], with the kernels' events build on a GPU that has one
+/// (`events`: `warpalloc_tool::ptx::events_for_capability`).
+pub fn open_heap_with(
+    prefer: Prefer,
+    config: HeapConfig,
+    schedule: Schedule,
+    events: bool,
+) -> Result<Heap, HostError> {
     let mut launcher = Launcher::new_with(prefer, |info| {
-        warpalloc_tool::ptx::for_capability(info.compute_capability)
+        let cc = info.compute_capability;
+        if events {
+            warpalloc_tool::ptx::events_for_capability(cc)
+        } else {
+            warpalloc_tool::ptx::for_capability(cc)
+        }
     })?;
     schedule.apply(launcher.simulator_config());
     Heap::new(launcher, config)
+}
+
+/// The allocator's events so far on a GPU, summed over the rows of the
+/// module's `WARPALLOC_EVENTS` (`warpalloc_device::event`); `None` in the
+/// simulator (whose launches report their own) and for a module with no
+/// such global (not the events build). Read when no kernel runs.
+pub fn gpu_events(heap: &Heap) -> Result<Option<[u64; EVENTS]>, HostError> {
+    let launcher = launcher(heap);
+    if !launcher.on_gpu() {
+        return Ok(None);
+    }
+    let Ok(global) = launcher.module().global(EVENTS_SYMBOL) else {
+        return Ok(None);
+    };
+    let mut words = vec![0u64; EVENTS * EVENT_ROWS];
+    if global.size != 8 * words.len() {
+        return Err(HostError::InvalidPtx(format!(
+            "{EVENTS_SYMBOL} is {} bytes, expected {}",
+            global.size,
+            8 * words.len()
+        )));
+    }
+    // SAFETY: a module global of exactly this many bytes, read after the
+    // launch that wrote it completed (`Heap::launch` waits for it).
+    unsafe {
+        launcher
+            .device()
+            .read(global.addr, bytemuck::cast_slice_mut(&mut words))
+    }?;
+    let mut sums = [0u64; EVENTS];
+    for row in words.chunks_exact(EVENTS) {
+        for (sum, n) in sums.iter_mut().zip(row) {
+            *sum += n;
+        }
+    }
+    Ok(Some(sums))
 }
 
 /// The launcher of a heap from [`open_heap`] (which always has one).
