@@ -228,11 +228,11 @@ enum Command {
         #[arg(long, num_args = 1.., value_delimiter = ',', value_enum)]
         cases: Vec<bench::Case>,
         /// Count the allocator's events (scans, slot locks, walk rounds,
-        /// looks) in each warm launch and print them per group under its
-        /// row: on a GPU of compute capability 8.0 or later with the
-        /// events build of the kernels (a reduction per event, so its rates
-        /// are not the allocator's), in the simulator from its own
-        /// counters.
+        /// looks) in each warm launch and print them under its row, per
+        /// warp-pair (one size) or per free group (mixed sizes): on a GPU
+        /// of compute capability 8.0 or later with the events build of the
+        /// kernels (a reduction per event, so its rates are not the
+        /// allocator's), in the simulator from its own counters.
         #[arg(long)]
         events: bool,
         /// Print the report as JSON.

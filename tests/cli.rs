@@ -523,9 +523,9 @@ fn bench_events_counts_the_allocators_events_per_group() {
     assert!(ok, "{text}");
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("events (")).collect();
     assert_eq!(lines.len(), 2, "an events line a row:\n{text}");
-    for line in &lines {
+    for (line, unit) in lines.iter().zip(["warp-pair", "free group"]) {
         assert!(
-            line.starts_with("    events (simulator, per group of ")
+            line.starts_with(&format!("    events (simulator, per {unit} of "))
                 && line.contains(" scans, ")
                 && line.contains(" extra walk rounds, "),
             "{line}"
@@ -538,7 +538,7 @@ fn bench_events_counts_the_allocators_events_per_group() {
     for row in rows {
         let events = &row["events"];
         assert_eq!(events["counted_on"], "simulator", "{row}");
-        assert!(events["groups"].as_u64().is_some_and(|g| g > 0), "{row}");
+        assert!(events["units"].as_u64().is_some_and(|g| g > 0), "{row}");
         for k in [
             "scans",
             "slot_locks",
@@ -553,12 +553,14 @@ fn bench_events_counts_the_allocators_events_per_group() {
             assert!(per.is_some_and(|p| (0.0..10.0).contains(&p)), "{k}: {row}");
         }
     }
-    // 512 threads at 64 B, whole warps converged: a group a warp-malloc,
-    // each of which scans and locks a slot at least once. (With mixed
-    // sizes a free's groups may outnumber the malloc's: a group the slabs'
-    // room split frees into two.)
+    // 512 threads at 64 B, 4 rounds: 64 warp-pairs, each of whose mallocs
+    // scans and locks a slot at least once. Mixed sizes are per free group.
+    // (A free's groups may outnumber the malloc's: a group the slabs' room
+    // split frees into two.)
+    assert_eq!(rows[1]["events"]["unit"], "free group", "{report}");
     let events = &rows[0]["events"];
-    assert_eq!(events["groups"], 512 / 32 * 4, "{report}");
+    assert_eq!(events["unit"], "warp-pair", "{report}");
+    assert_eq!(events["units"], 512 / 32 * 4, "{report}");
     for k in ["scans", "slot_locks"] {
         assert!(
             events[k].as_f64().is_some_and(|p| p >= 1.0),
@@ -598,7 +600,7 @@ fn the_device_report_shows_the_events_counted_on_the_gpu() {
     .expect("JSON");
     let _ = std::fs::remove_dir_all(&out);
     let section = md
-        .split("## the allocator's events on the GPU, per group")
+        .split("## the allocator's events on the GPU")
         .nth(1)
         .unwrap_or_else(|| panic!("no events section:\n{md}"));
     let row = |threads: u32| {
@@ -607,9 +609,9 @@ fn the_device_report_shows_the_events_counted_on_the_gpu() {
             .find(|l| l.starts_with(&format!("| alloc_free | {threads} | 64 B |")))
             .unwrap_or_else(|| panic!("no row at {threads} threads:\n{section}"))
     };
-    let groups = got["rows"][0]["events"]["groups"].as_u64().expect("groups");
+    let units = got["rows"][0]["events"]["units"].as_u64().expect("units");
     assert!(
-        row(256).contains(&format!("| simulator | {groups} | ")),
+        row(256).contains(&format!("| simulator | warp-pair | {units} | ")),
         "{}",
         row(256)
     );
@@ -617,7 +619,7 @@ fn the_device_report_shows_the_events_counted_on_the_gpu() {
     let rows = json["events"]["rows"].as_array().expect("events rows");
     assert_eq!(rows.len(), 1, "{}", json["events"]);
     assert_eq!(rows[0]["threads"], 256);
-    assert_eq!(rows[0]["groups"], groups);
+    assert_eq!(rows[0]["units"], units);
 }
 
 #[test]

@@ -165,7 +165,7 @@ fn the_sm80_module_matches_and_uses_what_sm80_added() {
 /// host's heap layout, and ptxas assembles it for sm_90 with no spill.
 #[test]
 fn the_events_build_counts_into_its_own_global() {
-    use warpalloc_device::event::{EVENT_ROWS, EVENTS, EVENTS_SYMBOL};
+    use warpalloc_device::event::{EVENT_ROWS, EVENT_STRIDE, EVENTS_SYMBOL};
     let events = symbols(ptx::KERNELS_TESTS_SM80_EVENTS);
     assert_eq!(events.kernels, ptx::KERNEL_NAMES);
     let mut want: Vec<String> = ptx::GLOBAL_NAMES.iter().map(|g| g.to_string()).collect();
@@ -176,7 +176,7 @@ fn the_events_build_counts_into_its_own_global() {
     assert_eq!(got, want);
     let declaration = format!(
         ".visible .global .align 8 .b8 {EVENTS_SYMBOL}[{}]",
-        EVENT_ROWS * EVENTS * 8
+        EVENT_ROWS * EVENT_STRIDE * 8
     );
     assert!(
         ptx::KERNELS_TESTS_SM80_EVENTS.contains(&declaration),
@@ -185,16 +185,26 @@ fn the_events_build_counts_into_its_own_global() {
     for plain in [ptx::KERNELS_TESTS, ptx::KERNELS_TESTS_SM80] {
         assert!(!plain.contains(EVENTS_SYMBOL));
     }
-    // The allocator's paths count: a malloc scans, a free touches a slab.
-    let fns = functions(ptx::KERNELS_TESTS_SM80_EVENTS);
-    for kernel in ["malloc_only", "free_only"] {
+    // The allocator's paths count: a malloc scans, a free touches a slab —
+    // reductions of their own, beyond the heap's counters' (which the plain
+    // build has too), into the global.
+    let reductions = |text: &str, kernel: &str| -> (usize, bool) {
+        let fns = functions(text);
         let code: String = reachable(&fns, kernel)
             .iter()
             .map(|f| f.body.as_str())
             .collect();
+        (
+            code.matches("red.relaxed.gpu.global.add.u64").count(),
+            code.contains(EVENTS_SYMBOL),
+        )
+    };
+    for kernel in ["malloc_only", "free_only"] {
+        let (counting, names) = reductions(ptx::KERNELS_TESTS_SM80_EVENTS, kernel);
+        let (plain, _) = reductions(ptx::KERNELS_TESTS_SM80, kernel);
         assert!(
-            code.contains(EVENTS_SYMBOL) && code.contains("red.relaxed.gpu.global.add.u64"),
-            "{kernel} does not count into {EVENTS_SYMBOL}"
+            names && counting > plain,
+            "{kernel} does not count into {EVENTS_SYMBOL}: {counting} reductions, {plain} without the feature"
         );
     }
     for (cc, module) in [

@@ -1,15 +1,19 @@
-//! What the allocator counts about itself in the simulator: a search's
-//! rounds, the locks it took and what they found, its claims, the bitfield
-//! walk's extra rounds, the slabs a free touched. Each [`Event`] is an
-//! index into the launch's event counters (`LaunchStats::events`); on the
-//! GPU and under loom, [`record`] compiles to nothing.
+//! What the allocator counts about itself: a search's rounds, the locks
+//! it took and what they found, its claims, the bitfield walk's extra
+//! rounds, the slabs a free touched. Each [`Event`] is an index into the
+//! counters: in the simulator the launch's (`LaunchStats::events`); on the
+//! GPU, in a build with the `gpu-events` feature, the module global
+//! `WARPALLOC_EVENTS` (a row per SM, which `warpalloc bench --events`
+//! reads); in any other GPU build and under loom, [`record`] compiles to
+//! nothing.
 //!
 //! These are the contention test's proxies (tests/contention.rs): what a
 //! warp-malloc costs in searches and probes is deterministic in kind, if
 //! not in number, and the simulator sees it where a GPU's profiler does
-//! not.
+//! not — and the events build counts the same on the GPU, to check the
+//! proxies against it.
 
-/// An allocator event the simulator counts.
+/// An allocator event the simulator (and a `gpu-events` build) counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Event {
@@ -60,24 +64,34 @@ pub const EVENTS: usize = 13;
 #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
 const _: () = assert!(EVENTS <= warpalloc_sim::EVENTS);
 
+// Every event indexes the counters.
+const _: () = assert!(Event::Look as usize + 1 == EVENTS);
+
 /// Rows of `WARPALLOC_EVENTS`: a warp counts in row `%smid %
 /// EVENT_ROWS`, so that the warps of different SMs (132 on an H200) do not
 /// meet on one word per event.
 pub const EVENT_ROWS: usize = 256;
+/// Counters a row of `WARPALLOC_EVENTS` holds: the events, padded to 128
+/// bytes (a cache line), so that two SMs' rows share no line.
+pub const EVENT_STRIDE: usize = 16;
+const _: () = assert!(EVENTS <= EVENT_STRIDE && EVENT_STRIDE * 8 == 128);
 /// The module global of a `gpu-events` build: `EVENT_ROWS` rows of
-/// `EVENTS` counters (`u64`, row-major), which the host sums
-/// (`warpalloc bench --events`).
+/// `EVENT_STRIDE` counters (`u64`, row-major; the first `EVENTS` of a row
+/// are the events, by [`Event`]), which the host sums (`warpalloc bench
+/// --events`).
 pub const EVENTS_SYMBOL: &str = "WARPALLOC_EVENTS";
 
 /// On the GPU, in a build with the `gpu-events` feature: the allocator's
 /// events since the module was loaded, a row per SM ([`EVENT_ROWS`]).
 /// Each [`record`] is one relaxed reduction (`red.global.add.u64`) that no
 /// path waits for — but it is memory traffic the allocator does not
-/// otherwise make: a build for counting, not for timing.
+/// otherwise make, which moves its timing and so may move what it counts
+/// (a walk round lost to a warp that came a little later or sooner): a
+/// build for counting, not for timing.
 #[cfg(all(target_arch = "nvptx64", feature = "gpu-events"))]
 #[unsafe(no_mangle)]
-pub static WARPALLOC_EVENTS: [[crate::sync::AtomicU64; EVENTS]; EVENT_ROWS] =
-    [const { [const { crate::sync::AtomicU64::new(0) }; EVENTS] }; EVENT_ROWS];
+pub static WARPALLOC_EVENTS: [[crate::sync::AtomicU64; EVENT_STRIDE]; EVENT_ROWS] =
+    [const { [const { crate::sync::AtomicU64::new(0) }; EVENT_STRIDE] }; EVENT_ROWS];
 
 /// Counts `event` for the running launch: in the simulator; on the GPU
 /// in a `gpu-events` build (`WARPALLOC_EVENTS`); else nowhere.

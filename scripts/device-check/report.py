@@ -350,23 +350,27 @@ def events_table(out):
     got = bench_rows(out, "events-")
     if not got["rows"] and not got["missing"]:
         return None, []
-    md = ["## the allocator's events on the GPU, per group", "",
+    md = ["## the allocator's events on the GPU", "",
           "The warm launch of each case, counted by the kernels' events build (a reduction per "
-          "event: its rates are not the allocator's, and none is shown). A group is a warp's lanes "
-          "freeing into one slab. The simulator's contention test holds its warm launches to 1.2 "
-          "scans and 0.1 extra walk rounds per group-malloc (mixed sizes: 0.2 walk rounds and looks).", "",
-          "| case | threads | size | counted on | groups | scans | slot locks | full | partial | "
-          "creation waits | claims | extra walk rounds | looks |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "event: its rates are not the allocator's, and none is shown; its timing, and so its "
+          "counts, may differ a little from the plain build's). Per warp-pair in the one-size "
+          "cases, per free group (a warp's lanes freeing into one slab) with mixed sizes, as the "
+          "simulator's contention test counts them; it holds its warm launches to 1.2 scans and "
+          "0.1 extra walk rounds (mixed sizes: 0.2 walk rounds and looks).", "",
+          "| case | threads | size | counted on | per | of them | scans | slot locks | full | "
+          "partial | creation waits | claims | extra walk rounds | looks |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
     for r in got["rows"]:
         size = f"{r['min_bytes']} B" if r["min_bytes"] == r["max_bytes"] else f"{r['min_bytes']}-{r['max_bytes']} B"
         e = r.get("events")
         if not e:
             why = r.get("error") or "no events (not the events build: a GPU before sm_80?)"
-            md.append(f"| {r['case']} | {r['threads']} | {size} | {why} |" + " |" * 9)
+            # A cell: no column break, no line break.
+            why = " ".join(str(why).replace("|", "/").split())
+            md.append(f"| {r['case']} | {r['threads']} | {size} | {why} |" + " |" * 10)
             continue
-        md.append(f"| {r['case']} | {r['threads']} | {size} | {e['counted_on']} | {e['groups']} | "
+        md.append(f"| {r['case']} | {r['threads']} | {size} | {e['counted_on']} | {e['unit']} | {e['units']} | "
                   f"{e['scans']:.3f} | {e['slot_locks']:.3f} | {e['full_locks']:.3f} | "
                   f"{e['partial_fits']:.3f} | {e['creation_waits']:.3f} | {e['claims']:.3f} | "
                   f"{e['extra_walk_rounds']:.3f} | {e['looks']:.3f} |")

@@ -10,11 +10,11 @@
 #
 # Runs every stress kernel at full scale (8 blocks per SM) in RPC and pool
 # modes, lifetimes and churn at 10 and 300 rounds (drift), the benchmark
-# cases, the allocator's events counted on the GPU (the kernels' events
-# build: scans, locks and walk rounds per group, the simulator's proxies
-# measured), the CUDA C++ baseline (CUDA's own device malloc
+# cases, the CUDA C++ baseline (CUDA's own device malloc
 # with its heap raised to 8 GiB) and the atomics ceiling, the peer allocator
-# Gallatin through the same cases (when staged), compute-sanitizer on the
+# Gallatin through the same cases (when staged), the allocator's events
+# counted on the GPU (the kernels' events build: scans, locks and walk
+# rounds, the simulator's proxies measured), compute-sanitizer on the
 # stress kernels (synccheck in RPC mode, memcheck in pool mode with no large
 # blocks; when compute-sanitizer is on PATH) and memcheck on the VMM control
 # program (when staged too), then writes $OUT/device-check.json and
@@ -40,7 +40,7 @@ BUDGET=${BUDGET:-465}
 # that has little device time left, e.g. STEPS="stress bench gallatin".
 # `candidate` runs within `bench` (each case right after this build's), so
 # it needs `bench` too: STEPS="bench candidate" times a change alone.
-STEPS=${STEPS:-"stress drift bench candidate events baseline gallatin memcheck sanitizer"}
+STEPS=${STEPS:-"stress drift bench candidate baseline gallatin events memcheck sanitizer"}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # limited LIMIT CMD...: CMD under `timeout` with LIMIT seconds, or what is left
 # of the budget if that is less; 254 without running it when none is left.
@@ -141,25 +141,6 @@ bench_case warmed 25 --cases warmed
 bench_case spill 30 --cases spill
 fi
 
-# Events: the allocator's own counts on the GPU — scans, slot locks, walk
-# rounds and looks per group (a warp's lanes in one slab) — from the
-# kernels' events build (`bench --events`: a reduction per event, so its
-# rates are not the allocator's and the report shows none). The simulator's
-# contention test holds its warm launches to 0.1 extra walk rounds and 1.2
-# scans per group-malloc; these say whether the GPU's launches do the same.
-if want events; then
-step "events (the kernels' events build)"
-events_case() {
-  name=$1; limit=$2; shift 2
-  limited "$limit" ./warpalloc --gpu bench --json --events "$@" > "$OUT/events-$name.json" 2> "$OUT/events-$name.err"
-  echo "exit $?" >> "$OUT/events-$name.err"
-}
-for size in 64 8192; do
-  events_case "alloc-free-$size" 20 --threads 102400,1048576 --cases alloc-free --sizes "$size"
-done
-events_case mixed 15 --threads 1048576 --cases mixed
-fi
-
 if want baseline; then
 step "baseline"
 BASELINE=./baseline
@@ -205,6 +186,26 @@ elif [ -x ./peers/gallatin-bench ]; then
   gallatin_case mixed
 else
   step "gallatin: not staged (no peers/gallatin-bench), the report has no Gallatin column"
+fi
+
+# Events: the allocator's own counts on the GPU — scans, slot locks, walk
+# rounds and looks per warp-pair (per free group with mixed sizes) — from the
+# kernels' events build (`bench --events`: a reduction per event, so its
+# rates are not the allocator's and the report shows none). The simulator's
+# contention test holds its warm launches to 0.1 extra walk rounds and 1.2
+# scans per group-malloc; these say whether the GPU's launches do the same.
+# After the timed steps (the baseline and Gallatin), before the sanitizers.
+if want events; then
+step "events (the kernels' events build)"
+events_case() {
+  name=$1; limit=$2; shift 2
+  limited "$limit" ./warpalloc --gpu bench --json --events "$@" > "$OUT/events-$name.json" 2> "$OUT/events-$name.err"
+  echo "exit $?" >> "$OUT/events-$name.err"
+}
+for size in 64 8192; do
+  events_case "alloc-free-$size" 20 --threads 102400,1048576 --cases alloc-free --sizes "$size"
+done
+events_case mixed 15 --threads 1048576 --cases mixed
 fi
 
 # memcheck's control: a kernel's first write into a granule mapped before the

@@ -101,9 +101,10 @@ pub struct Row {
     /// cycles per pair, warm — its life from admission to its last lane's
     /// exit over its lanes' pairs (the kernel's own work included).
     pub sim_cycles_per_pair: Option<f64>,
-    /// The allocator's events in the warm launch (`--events`; `None`
-    /// without, for cases with no warm alloc-free launch, and on a GPU
-    /// with no events build).
+    /// The allocator's events in the warm launch (`--events`; the second
+    /// launch's for `rising`, the cold one's when the warm one made no
+    /// pair; `None` without the flag, for cases with no such launch, and
+    /// on a GPU with no events build).
     pub events: Option<RowEvents>,
     pub note: String,
     /// Why the case failed (the other fields are then empty).
@@ -139,45 +140,39 @@ impl Row {
     }
 }
 
-/// The allocator's events in a warm launch (`bench --events`), per group
-/// — the groups its frees made, a warp's lanes freeing into one slab each
-/// (`Event::FreeGroup`): what the contention test's bounds are per, a
-/// group-malloc and its free. Counted on a GPU by the events build of the
-/// kernels, in the simulator by the simulator.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct RowEvents {
+/// A launch's allocator events (`bench --events`), by `Event`: counted on
+/// a GPU by the events build of the kernels, in the simulator by the
+/// simulator.
+#[derive(Clone, Copy, Debug)]
+struct EventCounts {
+    counts: [u64; EVENTS],
     /// "gpu" or "simulator".
-    pub counted_on: &'static str,
-    /// The groups the launch's frees made.
-    pub groups: u64,
-    /// Scans of the slot table (a malloc's search rounds), per group.
-    pub scans: f64,
-    /// Slot locks, per group.
-    pub slot_locks: f64,
-    /// Locks of a slab with no room for the group, per group.
-    pub full_locks: f64,
-    /// Locks of a slab with room for part of the group, per group.
-    pub partial_fits: f64,
-    /// Waits for (or ends at) a slot being created, per group.
-    pub creation_waits: f64,
-    /// Slots claimed for a new slab, per group.
-    pub claims: f64,
-    /// Rounds of the bitfield walk beyond a group's first, per group (the
-    /// issue's "extra probes").
-    pub extra_walk_rounds: f64,
-    /// Loads of bitfield words before or in the walk (`Slab::roomy_start`),
-    /// per group.
-    pub looks: f64,
+    counted_on: &'static str,
+    /// The launch's malloc+free pairs.
+    pairs: u64,
 }
 
-impl RowEvents {
-    /// The figures of `counts` (indexed by `Event`), counted on `counted_on`.
-    fn of(counts: &[u64; EVENTS], counted_on: &'static str) -> RowEvents {
-        let groups = counts[Event::FreeGroup as usize];
-        let per = |e: Event| counts[e as usize] as f64 / groups.max(1) as f64;
+impl EventCounts {
+    /// Per warp-pair (a warp's malloc and free: pairs ÷ 32), as the
+    /// contention test counts its one-size launches, whose warps allocate
+    /// together.
+    fn per_warp_pair(&self) -> RowEvents {
+        self.per("warp-pair", self.pairs / 32)
+    }
+
+    /// Per group the frees made (a warp's lanes freeing into one slab:
+    /// `Event::FreeGroup`), as the contention test counts its mixed
+    /// launch, whose warps' lanes allocate each their own class.
+    fn per_free_group(&self) -> RowEvents {
+        self.per("free group", self.counts[Event::FreeGroup as usize])
+    }
+
+    fn per(&self, unit: &'static str, units: u64) -> RowEvents {
+        let per = |e: Event| self.counts[e as usize] as f64 / units.max(1) as f64;
         RowEvents {
-            counted_on,
-            groups,
+            counted_on: self.counted_on,
+            unit,
+            units,
             scans: per(Event::Scan),
             slot_locks: per(Event::SlotLock),
             full_locks: per(Event::FullLock),
@@ -190,6 +185,36 @@ impl RowEvents {
     }
 }
 
+/// The allocator's events in a launch (`bench --events`), per `unit`: a
+/// warp-pair in the one-size cases, a free group with mixed sizes — what
+/// the contention test's bounds are per in each (`EventCounts`).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct RowEvents {
+    /// "gpu" or "simulator".
+    pub counted_on: &'static str,
+    /// What the figures are per: "warp-pair" or "free group".
+    pub unit: &'static str,
+    /// How many of them the launch made.
+    pub units: u64,
+    /// Scans of the slot table (a malloc's search rounds).
+    pub scans: f64,
+    /// Slot locks.
+    pub slot_locks: f64,
+    /// Locks of a slab with no room for the group.
+    pub full_locks: f64,
+    /// Locks of a slab with room for part of the group.
+    pub partial_fits: f64,
+    /// Waits for (or ends at) a slot being created.
+    pub creation_waits: f64,
+    /// Slots claimed for a new slab.
+    pub claims: f64,
+    /// Rounds of the bitfield walk beyond a group's first (the issue's
+    /// "extra probes").
+    pub extra_walk_rounds: f64,
+    /// Loads of bitfield words before or in the walk (`Slab::roomy_start`).
+    pub looks: f64,
+}
+
 /// The warm run's simulator counts per pair, and its events.
 #[derive(Clone, Copy, Default)]
 struct PerPair {
@@ -198,7 +223,7 @@ struct PerPair {
     loads: Option<f64>,
     sys: Option<f64>,
     cycles: Option<f64>,
-    events: Option<RowEvents>,
+    events: Option<EventCounts>,
 }
 
 /// Where the cases run: the launcher's preference and the simulator's
@@ -319,15 +344,17 @@ fn one_launch<K: Kernel>(
     let events_before = gpu_events(heap)?;
     let report = launch_report(heap, blocks, block, kernel(stats.kernel_ptr()))?;
     let s = read_stats(heap, &stats)?;
+    let counted = |counts, counted_on| EventCounts {
+        counts,
+        counted_on,
+        pairs: s.allocs,
+    };
     let events = match (&report.simulator, events_before, gpu_events(heap)?) {
-        (Some(sim), _, _) => {
-            let counts = std::array::from_fn(|i| sim.events[i]);
-            Some(RowEvents::of(&counts, "simulator"))
-        }
-        (None, Some(before), Some(after)) => {
-            let counts = std::array::from_fn(|i| after[i].wrapping_sub(before[i]));
-            Some(RowEvents::of(&counts, "gpu"))
-        }
+        (Some(sim), _, _) => Some(counted(std::array::from_fn(|i| sim.events[i]), "simulator")),
+        (None, Some(before), Some(after)) => Some(counted(
+            std::array::from_fn(|i| after[i].wrapping_sub(before[i])),
+            "gpu",
+        )),
         _ => None,
     };
     if s.corrupt != 0 {
@@ -506,7 +533,7 @@ fn alloc_free_row(
         sim_loads_per_pair: per.loads,
         sim_sys_per_pair: per.sys,
         sim_cycles_per_pair: per.cycles,
-        events: per.events,
+        events: per.events.map(|e| e.per_warp_pair()),
         // The kernel adds its four counters once per thread.
         note: join_notes(
             &traffic,
@@ -670,7 +697,7 @@ fn mixed_case(on: On, threads: u32, block: u32, rounds: u32) -> Result<Row, Host
         sim_loads_per_pair: per.loads,
         sim_sys_per_pair: per.sys,
         sim_cycles_per_pair: per.cycles,
-        events: per.events,
+        events: per.events.map(|e| e.per_free_group()),
         // Three counters per pair: allocations, bytes, frees.
         note: join_notes(
             "pattern written and checked per block",
@@ -997,10 +1024,11 @@ pub fn print_row(r: &Row) {
     );
     if let Some(e) = &r.events {
         println!(
-            "    events ({}, per group of {}): {:.3} scans, {:.3} slot locks ({:.3} full, {:.3} partial), \
+            "    events ({}, per {} of {}): {:.3} scans, {:.3} slot locks ({:.3} full, {:.3} partial), \
              {:.3} creation waits, {:.3} claims, {:.3} extra walk rounds, {:.3} looks",
             e.counted_on,
-            e.groups,
+            e.unit,
+            e.units,
             e.scans,
             e.slot_locks,
             e.full_locks,

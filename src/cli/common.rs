@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use warpalloc::{Heap, HeapConfig, Mode};
-use warpalloc_device::event::{EVENT_ROWS, EVENTS, EVENTS_SYMBOL};
+use warpalloc_device::event::{EVENT_ROWS, EVENT_STRIDE, EVENTS, EVENTS_SYMBOL};
 use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{Buffer, HostError, Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats};
@@ -110,10 +110,13 @@ pub fn gpu_events(heap: &Heap) -> Result<Option<[u64; EVENTS]>, HostError> {
     if !launcher.on_gpu() {
         return Ok(None);
     }
-    let Ok(global) = launcher.module().global(EVENTS_SYMBOL) else {
-        return Ok(None);
+    let global = match launcher.module().global(EVENTS_SYMBOL) {
+        Ok(global) => global,
+        // Not the events build.
+        Err(HostError::MissingSymbol { .. }) => return Ok(None),
+        Err(e) => return Err(e),
     };
-    let mut words = vec![0u64; EVENTS * EVENT_ROWS];
+    let mut words = vec![0u64; EVENT_STRIDE * EVENT_ROWS];
     if global.size != 8 * words.len() {
         return Err(HostError::InvalidPtx(format!(
             "{EVENTS_SYMBOL} is {} bytes, expected {}",
@@ -129,7 +132,8 @@ pub fn gpu_events(heap: &Heap) -> Result<Option<[u64; EVENTS]>, HostError> {
             .read(global.addr, bytemuck::cast_slice_mut(&mut words))
     }?;
     let mut sums = [0u64; EVENTS];
-    for row in words.chunks_exact(EVENTS) {
+    for row in words.chunks_exact(EVENT_STRIDE) {
+        // The row's first `EVENTS` counters; the rest is padding.
         for (sum, n) in sums.iter_mut().zip(row) {
             *sum += n;
         }
