@@ -574,6 +574,32 @@ fn bench_events_counts_the_allocators_events_per_group() {
     assert!(report["rows"][0]["events"].is_null(), "{report}");
 }
 
+/// `bench` on the emulated device gives each warp the simulator runs at
+/// once a search stream of its own, as a GPU's heap has one per resident
+/// warp: 4 096 threads of 64 B on two workers (128 warps at once) walk no
+/// more than a GPU-like launch. With the emulated device's own 32 streams,
+/// four warps a stream took each other's freed runs: 0.40 extra walk
+/// rounds per warp-pair (2026-12-07, 02:10 UTC).
+#[test]
+fn bench_gives_each_simulated_warp_a_stream() {
+    let report = warpalloc_json(&[
+        "--simulator",
+        "bench",
+        "--json",
+        "--events",
+        "--cases",
+        "alloc-free",
+        "--sizes",
+        "64",
+        "--threads",
+        "4096",
+        "--workers",
+        "2",
+    ]);
+    let walk = report["rows"][0]["events"]["extra_walk_rounds"].as_f64();
+    assert!(walk.is_some_and(|w| w < 0.1), "{report}");
+}
+
 /// The GPU check's events step (`run.sh`: `bench --events` with the
 /// kernels' events build) becomes a table in its report, a row per bench
 /// row with its events per group, and the JSON's `events` rows; a row with

@@ -239,7 +239,7 @@ struct On {
 impl On {
     /// A fresh heap with `config`.
     fn heap(self, config: HeapConfig) -> Result<Heap, HostError> {
-        open_heap_with(self.prefer, config, self.schedule, self.events)
+        open_heap_with(self.prefer, config, self.schedule, self.events, true)
     }
 }
 

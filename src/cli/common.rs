@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::event::{EVENT_ROWS, EVENT_STRIDE, EVENTS, EVENTS_SYMBOL};
+use warpalloc_device::heap::stream_count_for;
 use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{Buffer, HostError, Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats};
@@ -78,16 +79,26 @@ pub fn open_heap(
     config: HeapConfig,
     schedule: Schedule,
 ) -> Result<Heap, HostError> {
-    open_heap_with(prefer, config, schedule, false)
+    open_heap_with(prefer, config, schedule, false, false)
 }
 
 /// [`open_heap`], with the kernels' events build on a GPU that has one
-/// (`events`: `warpalloc_tool::ptx::events_for_capability`).
+/// (`events`: `warpalloc_tool::ptx::events_for_capability`), and with
+/// `stream_a_warp`, on the emulated device, a search stream for each warp
+/// the simulator runs at once (its workers × their resident warps) unless
+/// `config` names the streams — as a GPU's heap has for its resident warps.
+/// Without, the emulated device's default is its own residency's, 32
+/// streams, which the simulator's 64 warps a worker share: on two
+/// workers, four warps a stream take the runs each other freed (the
+/// bench's 64 B case, 4 096 threads: 0.40 extra walk rounds per warp-pair,
+/// 0.16 on one worker; BENCHMARKS.md, "The GPU check counts the
+/// allocator's events on the GPU").
 pub fn open_heap_with(
     prefer: Prefer,
-    config: HeapConfig,
+    mut config: HeapConfig,
     schedule: Schedule,
     events: bool,
+    stream_a_warp: bool,
 ) -> Result<Heap, HostError> {
     let mut launcher = Launcher::new_with(prefer, |info| {
         let cc = info.compute_capability;
@@ -98,6 +109,11 @@ pub fn open_heap_with(
         }
     })?;
     schedule.apply(launcher.simulator_config());
+    if stream_a_warp && !launcher.on_gpu() && config.streams.is_none() {
+        let sim = launcher.simulator_config();
+        let at_once = sim.resident_warps.saturating_mul(sim.workers.max(1)) as u64;
+        config.streams = Some(stream_count_for(at_once));
+    }
     Heap::new(launcher, config)
 }
 
