@@ -344,9 +344,10 @@ def candidate_table(out, bench):
 
 def events_table(out):
     """The allocator's events counted on the GPU (run.sh's events step:
-    `bench --events`, the kernels' events build), a row per bench row: per
-    group (a warp's lanes freeing into one slab, as the simulator's
-    contention test counts). None when the step did not run."""
+    `bench --events`, the kernels' events build), a row per bench row, per
+    the row's unit (a warp-pair in the one-size cases, a free group with
+    mixed sizes, as the simulator's contention test counts). None when the
+    step did not run."""
     got = bench_rows(out, "events-")
     if not got["rows"] and not got["missing"]:
         return None, []
