@@ -421,6 +421,17 @@ const COLD: Bounds = Bounds {
 /// runs of the whole file; guard RMWs per group-pair 3.07 to 3.10. A
 /// debug run of the whole file took the mixed path to 7.5 (7 to 7.25 in
 /// every other run of either code): the bound's edge.
+///
+/// At 8 KiB, probes of the bitfield with looks held to 0.3, not 0.4, since
+/// 2026-12-07: every 8 KiB launch held to these bounds took 0.043 to 0.200
+/// that morning (the build machine) — warm 0.113 to 0.151 in six release
+/// runs of the growth test with its seeds XORed with 1 to 6 (03:41-03:43
+/// UTC) and 0.114 and 0.170 in two release runs of the whole file
+/// (03:42-03:44 UTC), whose launches after a warm-up from a profile took
+/// 0.043 and 0.056 and after a spread 0.053 twice; timed warm 0.128 to
+/// 0.200 in eight release runs of the timed test (seeds XORed with 1 to 8,
+/// 03:33-03:36 UTC) and 0.150 to 0.189 in three debug ones (0 to 2,
+/// 03:37-03:39 UTC).
 const WARM: Bounds = Bounds {
     growth: 0.8,
     guard_rmws: 3.5,
@@ -436,7 +447,7 @@ const WARM: Bounds = Bounds {
     extra_probes: 0.1,
     extra_probes_8k: 0.1,
     bitfield_probes: 0.2,
-    bitfield_probes_8k: 0.4,
+    bitfield_probes_8k: 0.3,
     fences_per_pair: 4.0,
     path_round_trips: 7.5,
     path_round_trips_small: 7.0,
@@ -1228,18 +1239,19 @@ const TIMED_COLD: Bounds = Bounds {
 /// than the untimed schedule's turns let them. The mixed launch is held
 /// to `bitfield_probes` now, looks and walk rounds together.)
 ///
-/// At 8 KiB its extra walk rounds are held to 0.12, not 0.1: with a
-/// small group's walk from its freed block, ten release runs on
-/// 2026-12-06 (20:22-20:30 UTC) took 0.057 to 0.072 (probes with looks
-/// 0.186 to 0.241); the code before, three (20:19-20:29 UTC), 0.057 to
-/// 0.106 (0.175 to 0.349) — the 0.106 in a run whose cold launch grew 81
-/// slabs for the demand of 65 (86 to 91 in the others): a warm launch
-/// that starts with fewer slabs walks more, and a whole warp's walk at
-/// 8 KiB is the same in both.
-const TIMED_WARM: Bounds = Bounds {
-    extra_probes_8k: 0.12,
-    ..WARM
-};
+/// At 8 KiB its extra walk rounds were held to 0.12, not 0.1, until
+/// 2026-12-07: with a small group's walk from its freed block, ten
+/// release runs on 2026-12-06 (20:22-20:30 UTC) took 0.057 to 0.072
+/// (probes with looks 0.186 to 0.241); the code before, three (20:19-20:29
+/// UTC), 0.057 to 0.106 (0.175 to 0.349) — the 0.106 in a run whose cold
+/// launch grew 81 slabs for the demand of 65 (86 to 91 in the others): a
+/// warm launch that starts with fewer slabs walks more. Since a roomy
+/// hint asks for room for one group (`ROOMY_BLOCKS`), eight release runs
+/// with the file's seeds XORed with 1 to 8 (2026-12-07, 03:33-03:36 UTC,
+/// the build machine) took 0.040 to 0.065, their cold launches growing 87
+/// to 90 slabs, and three debug runs (seeds XORed with 0 to 2, 03:37-03:39
+/// UTC) 0.050 to 0.064: the 0.1, as `WARM` holds it.
+const TIMED_WARM: Bounds = WARM;
 
 /// The same launches under a timed schedule (`Schedule::Timed`): a round
 /// trip weighs hundreds of cycles and a collective a few, every warp
