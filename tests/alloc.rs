@@ -118,6 +118,29 @@ fn churn_tiny_sizes_fill_slabs() {
     }
 }
 
+/// The churn with each lane reading a warp slot of its own
+/// (`LaunchConfig::migrating`), as lanes of a warp preempted between their
+/// reads of `%smid`/`%warpid` may on a GPU: a walk that drew its start from
+/// each lane's own reading, not the group's leader's, handed blocks out
+/// twice (one head's `fetch_or` set the bits of its run, and the other
+/// lanes tested bits of runs of their own).
+#[test]
+fn churn_with_a_warp_slot_read_apart_by_each_lane() {
+    let tiny = Churn {
+        blocks: 8,
+        threads: 96,
+        iterations: 24,
+        max_small: 64,
+        large_one_in: 0,
+    };
+    for seed in seeds(0xc8u64, 2) {
+        churn_once(seed, &tiny, |c| c.migrating(true));
+        churn_once(seed, &CHURN, |c| {
+            c.migrating(true).convergence(Convergence::Converged)
+        });
+    }
+}
+
 /// The churn on sm_75's free path (no `redux.sync`: lanes combine their
 /// bits by runs), with frees from other warps and blocks through the
 /// transfer array, small classes crowding few bitfield words, and random

@@ -135,6 +135,11 @@ impl Slab {
     /// # Safety
     /// The group owns the slab exclusively (a fresh claim), and it is mapped.
     pub unsafe fn init(self, group: u32, geo: Geometry, slot: u32, clean_words: u32) {
+        // The leader's acquire of the slab (the provider's answer, the pool's
+        // pop, a takeover's CAS) happens-before every lane's stores below,
+        // over what was the slab's last use: `bar.warp.sync` orders memory
+        // among the lanes it synchronises, a shuffle does not (PTX ISA).
+        simt::syncwarp(group);
         let rank = (group & simt::lanemask_lt()).count_ones();
         let lanes = group.count_ones();
         if rank == 0 {
@@ -293,6 +298,12 @@ impl Slab {
     /// Each lane holds a reservation on this live slab (a successful lock
     /// whose position is ≤ `geo.usable`), so a free bit exists for it.
     pub unsafe fn allocate(self, uniform: u32, reserved: u32, geo: Geometry, hinted: u32) -> u64 {
+        // The leader's acquire of the slab (its lock) happens-before every
+        // lane's walk: a slab's words zeroed by its creator with plain stores
+        // are zero to each lane's `fetch_or`. `bar.warp.sync` orders memory
+        // among the lanes it synchronises, the scan's shuffles do not (PTX
+        // ISA).
+        simt::syncwarp(uniform);
         let bits = geo.usable.max(1);
         let mut state = simt::draw();
         debug_assert!((1..=geo.usable).contains(&reserved));
@@ -301,7 +312,12 @@ impl Slab {
         // place within that word's share — so warps that share a word
         // start at bits as far apart as their hashes (for consecutive
         // slots, Fibonacci hashing spaces them evenly).
-        let placed = u64::from(simt::warp_slot().wrapping_mul(0x9e37_79b9)) * u64::from(geo.words);
+        // The leader's reading of the warp's slot, for every lane: the walk
+        // needs one start for the group (a run's head sets its lanes' bits),
+        // and `%smid`/`%warpid` are volatile (PTX ISA, special registers): a
+        // warp preempted between two lanes' reads could see two values.
+        let slot = simt::shfl_u32(uniform, simt::warp_slot(), simt::leader(uniform));
+        let placed = u64::from(slot.wrapping_mul(0x9e37_79b9)) * u64::from(geo.words);
         let own = (placed >> 32) as u32;
         let dense = geo.words <= LOOK_WORDS;
         // In a slab of many words (no look), the bit moves with the

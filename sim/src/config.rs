@@ -163,6 +163,12 @@ pub struct LaunchConfig {
     pub kernel: &'static str,
     /// A timed schedule ([`Timing`]), or `None`: the next lane at random.
     pub timing: Option<Timing>,
+    /// Special registers as a GPU may read them across a preemption: each
+    /// lane of a warp reads a slot of its own ([`crate::migrating`]), as
+    /// lanes whose reads of `%smid`/`%warpid` fall on either side of a
+    /// warp's move would. Code that needs one value for the warp must
+    /// share one lane's reading. Off by default.
+    pub migrating: bool,
 }
 
 /// The simulator's default [`LaunchConfig::capability`]: 9.0, the Hopper
@@ -195,6 +201,7 @@ impl LaunchConfig {
             watch: None,
             kernel: "",
             timing: None,
+            migrating: false,
         }
     }
 
@@ -252,6 +259,12 @@ impl LaunchConfig {
     /// real time, and the makespan is the longest worker's.
     pub fn timed(mut self, timing: Timing) -> Self {
         self.timing = Some(timing);
+        self
+    }
+
+    /// Makes each lane read a warp slot of its own ([`LaunchConfig::migrating`]).
+    pub fn migrating(mut self, on: bool) -> Self {
+        self.migrating = on;
         self
     }
 

@@ -169,6 +169,8 @@ pub(crate) struct LaneCtx {
     pub(crate) grid_dim: (u32, u32, u32),
     pub(crate) binding: usize,
     pub(crate) capability: (u32, u32),
+    /// [`crate::LaunchConfig::migrating`].
+    pub(crate) migrating: bool,
     pub(crate) kernel: &'static str,
     pub(crate) grid: u64,
     pub(crate) clock: Arc<Clock>,
@@ -286,6 +288,12 @@ pub fn grid_id() -> u64 {
 /// outside a launch.
 pub fn binding() -> usize {
     with_ctx(|c| c.binding).unwrap_or(0)
+}
+
+/// Whether the launch reads special registers as across a preemption
+/// ([`crate::LaunchConfig::migrating`]): each lane a warp slot of its own.
+pub fn migrating() -> bool {
+    with_ctx(|c| c.migrating).unwrap_or(false)
 }
 
 /// The launch's compute capability (see [`crate::LaunchConfig::capability`]);

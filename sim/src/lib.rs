@@ -91,7 +91,8 @@ pub use error::{LaneReport, LaneState, SimError, SimErrorKind};
 pub use lane::{
     Access, EVENTS, activemask, ballot, binding, block_dim, block_idx, capability, clock,
     count_access_at, count_event, count_round_trip, grid_dim, grid_id, in_launch, kernel_name,
-    lane_id, match_any, shfl, sleep, switch_point, syncwarp, thread_idx, wait_on_host, warp_id,
+    lane_id, match_any, migrating, shfl, sleep, switch_point, syncwarp, thread_idx, wait_on_host,
+    warp_id,
 };
 pub use launch::{LaunchStats, launch};
 

@@ -433,6 +433,7 @@ impl<'a> Worker<'a> {
                     grid_dim: cfg.grid_dim,
                     binding: cfg.binding,
                     capability: cfg.capability,
+                    migrating: cfg.migrating,
                     kernel: cfg.kernel,
                     grid: self.shared.grid,
                     clock: Arc::clone(&self.clock),

@@ -744,6 +744,11 @@ impl DeviceHeap {
         let index = geo.and_then(|g| Slab(base).freeable_index_of(addr, g));
         // SAFETY: a referenced live slab; `index_of` gives `i < usable`.
         let freed = unsafe { Slab(base).deallocate(uniform, index) };
+        // The heads' clears happen-before the leader's release below (and so
+        // before a reuse of the slab that trusts its words to be clear, with
+        // no zeroing): `bar.warp.sync` orders memory among the lanes it
+        // synchronises, a ballot does not (PTX ISA).
+        simt::syncwarp(uniform);
         let blocks_freed = simt::ballot(uniform, freed).count_ones();
         if simt::lane_id() == leader {
             // The release's word: the count after it and the slab's class

@@ -16,13 +16,19 @@ pub(super) fn lane_id() -> u32 {
     sim::lane_id()
 }
 
-/// The warp's index in the grid.
+/// The warp's index in the grid; a value of the lane's own in a launch
+/// that reads special registers as across a preemption (`migrating`).
 #[inline]
 pub(super) fn warp_slot() -> u32 {
     let warps_per_block = (super::block_dim().volume() as u32).div_ceil(super::WARP_SIZE);
-    (super::block_linear() as u32)
+    let slot = (super::block_linear() as u32)
         .wrapping_mul(warps_per_block)
-        .wrapping_add(super::warp_id())
+        .wrapping_add(super::warp_id());
+    if sim::migrating() {
+        slot ^ (lane_id() + 1).wrapping_mul(0x2545_f491)
+    } else {
+        slot
+    }
 }
 
 /// The block's index: a block runs on one SM, as on the GPU, so the warps
