@@ -1126,3 +1126,29 @@ fn a_heap_warmed_up_from_a_profile_creates_no_slab() {
     );
     assert_empty(&mut heap, "warmed up to the limit");
 }
+
+/// A module loaded on another device is refused at `link` (its globals
+/// are not this device's memory: the heap would read its layout and write
+/// its link there), and so is a buffer read through another device's
+/// launcher: `WrongDevice`, not a copy from an address that means nothing
+/// on this device (on the emulated device, a read of host memory through
+/// a GPU's address).
+#[test]
+fn a_module_or_a_buffer_of_another_device_is_refused() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let ours = Launcher::new(support::PTX, Prefer::Simulator).expect("launcher");
+    let theirs = Launcher::new(support::PTX, Prefer::Simulator).expect("launcher");
+    let heap = Heap::attach(ours.device(), HeapConfig::default()).expect("heap");
+    assert!(
+        matches!(heap.link(theirs.module()), Err(HostError::WrongDevice(_))),
+        "a module of another device was linked"
+    );
+    heap.link(ours.module())
+        .expect("a module of the heap's own device");
+    let buffer = theirs.alloc_zeroed::<u64>(4).expect("buffer");
+    assert!(
+        matches!(ours.read(&buffer), Err(HostError::WrongDevice(_))),
+        "a buffer of another device was read"
+    );
+    assert_eq!(theirs.read(&buffer).expect("its own launcher"), [0; 4]);
+}

@@ -884,9 +884,16 @@ impl Heap {
                         debug_assert!(pushed, "a region slab outside the region");
                     }
                     Err(why) => {
+                        // The driver's own words, where it refused: out of
+                        // memory is not cured by a larger limit or reserve.
+                        let driver = region
+                            .last_driver_error()
+                            .filter(|_| why == Refusal::Driver)
+                            .map(|e| format!(": {e}"))
+                            .unwrap_or_default();
                         return Err(HostError::Config(format!(
                             "a pool of {slabs} slabs: the region mapped {mapped}, then refused \
-                             ({why:?}); ask for fewer, or raise the limit or the reserve"
+                             ({why:?}{driver}); ask for fewer, or raise the limit or the reserve"
                         )));
                     }
                 }

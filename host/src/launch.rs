@@ -140,6 +140,7 @@ impl Launcher {
             .ok_or(HostError::OutOfHostMemory(usize::MAX))?;
         Ok(Buffer {
             memory: self.device.alloc_zeroed(bytes)?,
+            device: Arc::clone(&self.device),
             len,
             _element: PhantomData,
         })
@@ -157,12 +158,18 @@ impl Launcher {
         Ok(buffer)
     }
 
-    /// Copies a buffer back to the host.
+    /// Copies a buffer back to the host. A buffer of another launcher's
+    /// device is an error (`WrongDevice`): its address means nothing here.
     pub fn read<T: bytemuck::Pod>(&self, buffer: &Buffer<T>) -> Result<Vec<T>, HostError> {
+        if !Arc::ptr_eq(&buffer.device, &self.device) {
+            return Err(HostError::WrongDevice(
+                "a buffer is read by a launcher of the device that made it",
+            ));
+        }
         let mut out = vec![T::zeroed(); buffer.len];
-        // SAFETY: the buffer is device memory of this launcher's device of at
-        // least `len` elements; launches are synchronous, so no kernel
-        // writes it now.
+        // SAFETY: the buffer is device memory of this launcher's device (just
+        // checked) of at least `len` elements; launches are synchronous, so
+        // no kernel writes it now.
         unsafe {
             self.device
                 .read(buffer.memory.addr(), bytemuck::cast_slice_mut(&mut out))
@@ -175,7 +182,8 @@ impl Launcher {
     /// # Safety
     /// As for `Kernel::run`: the parameters must be valid for the kernel
     /// (pointers from [`Buffer::kernel_ptr`] of buffers of this launcher
-    /// that are large enough and outlive the launch).
+    /// that are large enough and outlive the launch), and no other thread
+    /// reads a buffer the kernel writes ([`Launcher::read`]) while it runs.
     pub unsafe fn launch<K: Launch>(
         &self,
         grid: (u32, u32, u32),
@@ -209,6 +217,8 @@ impl fmt::Display for Launcher {
 /// device); freed on drop.
 pub struct Buffer<T> {
     memory: Box<dyn Allocation>,
+    /// The device that made it: only that device's copies may reach it.
+    device: Arc<dyn Device>,
     len: usize,
     _element: PhantomData<T>,
 }

@@ -37,6 +37,11 @@ pub struct CudaVmm {
     host_spares: Vec<sys::CUmemGenericAllocationHandle>,
     /// The host location the driver takes (`probe_host`).
     host_location: sys::CUmemLocationType,
+    /// Addresses left mapped where the region has no granule: a map whose
+    /// undo failed too (`map_handle`), with its handle where it was no
+    /// other address's (to release once unmapped). Unmapped with the
+    /// reservation.
+    stranded: HashMap<u64, Option<sys::CUmemGenericAllocationHandle>>,
     calls: DriverCalls,
 }
 
@@ -101,6 +106,7 @@ impl CudaVmm {
             host: HashSet::new(),
             host_spares: Vec::new(),
             host_location: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
+            stranded: HashMap::new(),
             calls: DriverCalls::default(),
         };
         let prop = vmm.prop();
@@ -170,8 +176,13 @@ impl CudaVmm {
             Some(h) => h,
             None => self.create(host)?,
         };
-        if let Err(e) = self.map_handle(addr, handle) {
-            if host {
+        if let Err((e, still_mapped)) = self.map_handle(addr, handle) {
+            if still_mapped {
+                // Its undo failed too: mapped, with no access, where the
+                // region has no granule. Not a spare (a map elsewhere would
+                // share it); unmapped and released with the reservation.
+                self.stranded.insert(addr, Some(handle));
+            } else if host {
                 self.host_spares.push(handle);
             } else {
                 self.spares.push(handle);
@@ -192,18 +203,20 @@ impl CudaVmm {
     }
 
     /// Maps `handle` at `addr` (an unmapped granule of our reservation) and
-    /// makes it readable and writable by the device; undone on failure.
-    /// The caller bound the context.
+    /// makes it readable and writable by the device; undone on failure. The
+    /// error says whether `handle` is still mapped at `addr` (the undo
+    /// failed too). The caller bound the context.
     fn map_handle(
         &self,
         addr: u64,
         handle: sys::CUmemGenericAllocationHandle,
-    ) -> Result<(), BackingError> {
+    ) -> Result<(), (BackingError, bool)> {
         // SAFETY: `addr` is an unmapped granule of our reservation; `handle` a
         // physical allocation of exactly that size.
         driver("cuMemMap", || unsafe {
             sys::cuMemMap(addr, GRANULE as usize, 0, handle, 0)
-        })?;
+        })
+        .map_err(|e| (e, false))?;
         let desc = sys::CUmemAccessDesc {
             location: self.prop().location,
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
@@ -213,10 +226,10 @@ impl CudaVmm {
             sys::cuMemSetAccess(addr, GRANULE as usize, &desc, 1)
         }) {
             // SAFETY: undo the mapping just made.
-            let _ = driver("cuMemUnmap", || unsafe {
+            let undone = driver("cuMemUnmap", || unsafe {
                 sys::cuMemUnmap(addr, GRANULE as usize)
             });
-            return Err(e);
+            return Err((e, undone.is_err()));
         }
         Ok(())
     }
@@ -274,21 +287,22 @@ impl Backing for CudaVmm {
         let Some(&handle) = self.mapped.get(&addr) else {
             return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
         };
-        // Bound before the handle leaves `mapped`: a failure leaves the
-        // granule mapped and known, for a later unmap.
+        // A failure, the bind's or the unmap's, leaves the granule mapped
+        // and known, for a later unmap (the region's trim tries again): its
+        // handle is no spare while still mapped here, or a map elsewhere
+        // would put one physical granule under two slabs.
         self.bind()?;
-        self.mapped.remove(&addr);
         // SAFETY: a granule we mapped; no kernel uses it (the region's trim
         // contract).
-        let result = driver("cuMemUnmap", || unsafe {
+        driver("cuMemUnmap", || unsafe {
             sys::cuMemUnmap(addr, GRANULE as usize)
-        });
+        })?;
+        self.mapped.remove(&addr);
         if self.host.remove(&addr) {
             self.host_spares.push(handle);
         } else {
             self.spares.push(handle);
         }
-        result?;
         self.calls.unmaps += 1;
         Ok(())
     }
@@ -301,7 +315,13 @@ impl Backing for CudaVmm {
             return Err(BackingError::BadRequest(format!("remap to {to:#x}")));
         }
         self.bind()?;
-        self.map_handle(to, handle)?;
+        self.map_handle(to, handle).map_err(|(e, still_mapped)| {
+            if still_mapped {
+                // The handle stays `from`'s; `to` is unmapped later.
+                self.stranded.insert(to, None);
+            }
+            e
+        })?;
         self.mapped.remove(&from);
         self.mapped.insert(to, handle);
         if self.host.remove(&from) {
@@ -352,9 +372,33 @@ impl Backing for CudaVmm {
             .into_iter()
             .chain(self.mapped.keys().copied())
             .collect();
+        // Every granule tried, the first failure reported: one that stays
+        // mapped does not keep the others mapped too.
+        let mut first = Ok(());
         for addr in addrs {
-            self.unmap(addr)?;
+            if let Err(e) = self.unmap(addr) {
+                first = first.and(Err(e));
+            }
         }
+        let stranded: Vec<_> = self.stranded.iter().map(|(&a, &h)| (a, h)).collect();
+        for (addr, handle) in stranded {
+            let unmapped = self.bind().and_then(|()| {
+                // SAFETY: an address we mapped (a failed map's undo left
+                // it); the region never handed it out.
+                driver("cuMemUnmap", || unsafe {
+                    sys::cuMemUnmap(addr, GRANULE as usize)
+                })
+            });
+            match unmapped {
+                Ok(()) => {
+                    self.stranded.remove(&addr);
+                    // Released with the spares below.
+                    self.spares.extend(handle);
+                }
+                Err(e) => first = first.and(Err(e)),
+            }
+        }
+        first?;
         self.release_spares()?;
         if let Some((base, len)) = self.reservation.take() {
             self.bind()?;

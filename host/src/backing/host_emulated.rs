@@ -38,6 +38,10 @@ pub struct HostEmulated {
     /// Unmapped host granules.
     host_spares: Vec<os::Physical>,
     calls: DriverCalls,
+    /// Unmaps left to fail as if the operating system refused them
+    /// (`unmap`'s tests).
+    #[cfg(test)]
+    fail_unmaps: u32,
 }
 
 impl HostEmulated {
@@ -52,6 +56,21 @@ impl HostEmulated {
             host: HashSet::new(),
             host_spares: Vec::new(),
             calls: DriverCalls::default(),
+            #[cfg(test)]
+            fail_unmaps: 0,
+        })
+    }
+
+    /// An injected refusal of an unmap, while `fail_unmaps` lasts.
+    #[cfg(test)]
+    fn injected_unmap_failure(&mut self) -> Result<(), BackingError> {
+        if self.fail_unmaps == 0 {
+            return Ok(());
+        }
+        self.fail_unmaps -= 1;
+        Err(BackingError::Os {
+            call: "munmap",
+            source: std::io::Error::other("injected"),
         })
     }
 
@@ -139,17 +158,23 @@ impl Backing for HostEmulated {
             self.calls.unmaps += 1;
             return Ok(());
         }
-        let Some(physical) = self.mapped.remove(&addr) else {
+        if !self.mapped.contains_key(&addr) {
             return Err(BackingError::BadRequest(format!("unmap {addr:#x}")));
-        };
-        // SAFETY: `addr` is a granule of our reservation that we mapped.
-        let result = unsafe { os::unmap(addr) };
-        if self.host.remove(&addr) {
-            self.host_spares.push(physical);
-        } else {
-            self.spares.push(physical);
         }
-        result?;
+        // A failure leaves the granule mapped and known, for a later unmap
+        // (the region's trim tries again): its physical granule is no spare
+        // while still mapped, or a map elsewhere would share it.
+        #[cfg(test)]
+        self.injected_unmap_failure()?;
+        // SAFETY: `addr` is a granule of our reservation that we mapped.
+        unsafe { os::unmap(addr) }?;
+        if let Some(physical) = self.mapped.remove(&addr) {
+            if self.host.remove(&addr) {
+                self.host_spares.push(physical);
+            } else {
+                self.spares.push(physical);
+            }
+        }
         self.calls.unmaps += 1;
         Ok(())
     }
@@ -205,9 +230,15 @@ impl Backing for HostEmulated {
             .into_iter()
             .chain(self.mapped.keys().copied())
             .collect();
+        // Every granule tried, the first failure reported: one that stays
+        // mapped does not keep the others mapped too.
+        let mut first = Ok(());
         for addr in addrs {
-            self.unmap(addr)?;
+            if let Err(e) = self.unmap(addr) {
+                first = first.and(Err(e));
+            }
         }
+        first?;
         self.release_spares()?;
         if let Some((base, len)) = self.reservation.take() {
             // SAFETY: the whole reservation, which nothing uses any more.
@@ -441,5 +472,48 @@ mod os {
             )
         };
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An unmap the operating system refuses leaves the granule mapped and
+    /// known — not a spare that a map elsewhere would share while it is
+    /// still mapped here — and a later unmap gives it back.
+    #[test]
+    fn a_refused_unmap_leaves_the_granule_mapped_and_known() {
+        let mut b = HostEmulated::new(8 * GRANULE).expect("emulated device");
+        let base = b.reserve(4 * GRANULE).expect("reserve");
+        b.map(base).expect("map");
+        b.fail_unmaps = 1;
+        assert!(b.unmap(base).is_err(), "the injected refusal");
+        assert!(b.mapped.contains_key(&base), "still mapped, and known");
+        assert!(b.spares.is_empty(), "no spare while mapped");
+        assert_eq!(b.calls().unmaps, 0);
+        // A map elsewhere gets a granule of its own.
+        b.map(base + GRANULE).expect("map another");
+        assert_eq!(b.calls().creates, 2, "not the still-mapped granule");
+        b.unmap(base).expect("the retry");
+        assert_eq!((b.spares.len(), b.calls().unmaps), (1, 1));
+        assert!(!b.mapped.contains_key(&base));
+    }
+
+    /// Freeing the reservation tries every granule: one that stays mapped
+    /// does not keep the others mapped, and the failure is reported.
+    #[test]
+    fn freeing_the_reservation_tries_every_granule() {
+        let mut b = HostEmulated::new(8 * GRANULE).expect("emulated device");
+        let base = b.reserve(4 * GRANULE).expect("reserve");
+        for i in 0..3 {
+            b.map(base + i * GRANULE).expect("map");
+        }
+        b.fail_unmaps = 1;
+        assert!(b.free_reservation().is_err(), "the injected refusal");
+        assert_eq!(b.mapped.len(), 1, "only the refused granule left");
+        assert_eq!(b.calls().unmaps, 2);
+        b.free_reservation().expect("the retry");
+        assert!(b.mapped.is_empty() && b.reservation.is_none());
     }
 }

@@ -57,6 +57,21 @@ pub(crate) fn bind(ctx: &CudaContext) -> Result<(), DriverError> {
     bound
 }
 
+/// Waits for the work queued on `stream`, with the stream's context
+/// current ([`bind`]). Not cudarc's `CudaStream::synchronize`, which, like
+/// `bind_to_thread`, first hands back an error that a drop recorded in the
+/// context and then returns without waiting: a copy still in flight would
+/// outlive the host buffer it reads or writes, and a kernel still running
+/// the memory the caller frees next. An error recorded so stays recorded.
+fn wait_for(stream: &CudaStream) -> Result<(), HostError> {
+    make_current(stream.context())?;
+    // SAFETY: a live stream of a live context (the `Arc`s the caller holds
+    // keep both), current on this thread.
+    guarded("cuStreamSynchronize", || unsafe {
+        result::stream::synchronize(stream.cu_stream())
+    })
+}
+
 /// [`bind`], a failure as the `cuCtxSetCurrent` error it is.
 fn make_current(ctx: &CudaContext) -> Result<(), HostError> {
     guarded("cuCtxSetCurrent", || bind(ctx))
@@ -109,7 +124,7 @@ unsafe fn launch_and_wait(
     guarded("cuLaunchKernel", || unsafe {
         result::launch_kernel(function, grid, block, 0, stream.cu_stream(), &mut params)
     })?;
-    guarded("cuStreamSynchronize", || stream.synchronize())?;
+    wait_for(stream)?;
     Ok(LaunchReport {
         elapsed: start.elapsed(),
         simulator: None,
@@ -209,11 +224,14 @@ impl Cuda {
     /// device sees it before any later launch on any stream, and the host
     /// may reuse or read its buffer.
     fn wait(&self) -> Result<(), HostError> {
-        guarded("cuStreamSynchronize", || self.stream.synchronize())
+        wait_for(&self.stream)
     }
 }
 
-impl Device for Cuda {
+// SAFETY: its allocations, mappings and modules are the driver's, of this
+// context (`CudaMemory`, `PinnedHost`, `CudaModule`), and its backing maps
+// device memory of the context's device (`CudaVmm`).
+unsafe impl Device for Cuda {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -340,7 +358,10 @@ impl Device for Cuda {
 
     fn synchronize(&self) -> Result<(), HostError> {
         self.bind()?;
-        guarded("cuCtxSynchronize", || self.ctx.synchronize())
+        // Not cudarc's `CudaContext::synchronize`, which returns an error a
+        // drop recorded earlier without waiting (`wait_for`): `Heap`'s drop
+        // quiesces with this before it frees what kernels use.
+        guarded("cuCtxSynchronize", result::ctx::synchronize)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -377,7 +398,18 @@ impl AsModule for Arc<cudarc::driver::CudaModule> {
     }
 }
 
-impl Module for LinkedModule {
+// SAFETY: its globals are the driver's, of a module the program loaded and
+// keeps alive (the `Arc`).
+unsafe impl Module for LinkedModule {
+    fn is_on(&self, device: &dyn Device) -> bool {
+        // The stream is the heap's (`as_module`); cudarc does not say which
+        // context the program's module was loaded in.
+        device
+            .as_any()
+            .downcast_ref::<Cuda>()
+            .is_some_and(|c| c.ctx.cu_ctx() == self.stream.context().cu_ctx())
+    }
+
     fn global(&self, name: &str) -> Result<Global, HostError> {
         make_current(self.stream.context())?;
         let global = guarded("cuModuleGetGlobal", || {
@@ -426,7 +458,8 @@ pub struct CudaMemory {
     ctx: Arc<CudaContext>,
 }
 
-impl Allocation for CudaMemory {
+// SAFETY: `bytes` of device memory from `cuMemAlloc`, freed only on drop.
+unsafe impl Allocation for CudaMemory {
     fn addr(&self) -> DevicePtr {
         self.addr
     }
@@ -458,7 +491,9 @@ unsafe impl Send for PinnedHost {}
 // SAFETY: as for Send; access goes through the raw pointers' users.
 unsafe impl Sync for PinnedHost {}
 
-impl HostMapping for PinnedHost {
+// SAFETY: `cuMemHostAlloc`'s pinned, page-aligned host memory and its
+// device address (`cuMemHostGetDevicePointer`), freed only on drop.
+unsafe impl HostMapping for PinnedHost {
     fn host(&self) -> *mut u8 {
         self.host
     }
@@ -509,7 +544,16 @@ impl CudaModule {
     }
 }
 
-impl Module for CudaModule {
+// SAFETY: its globals are the driver's, of this module, which lives until
+// dropped.
+unsafe impl Module for CudaModule {
+    fn is_on(&self, device: &dyn Device) -> bool {
+        device
+            .as_any()
+            .downcast_ref::<Cuda>()
+            .is_some_and(|c| c.ctx.cu_ctx() == self.ctx.cu_ctx())
+    }
+
     fn global(&self, name: &str) -> Result<Global, HostError> {
         let missing = || HostError::MissingSymbol {
             what: "global",

@@ -177,7 +177,9 @@ impl Drop for HostBlock {
     }
 }
 
-impl Allocation for HostBlock {
+// SAFETY: a live block of host memory of `len` bytes (the emulated
+// device's memory is the host's), freed only on drop.
+unsafe impl Allocation for HostBlock {
     fn addr(&self) -> DevicePtr {
         HostBlock::addr(self)
     }
@@ -186,7 +188,9 @@ impl Allocation for HostBlock {
     }
 }
 
-impl HostMapping for HostBlock {
+// SAFETY: the same block seen from both sides (the emulated device
+// addresses host memory directly), aligned to 256 bytes or more.
+unsafe impl HostMapping for HostBlock {
     fn host(&self) -> *mut u8 {
         self.ptr
     }
@@ -198,7 +202,10 @@ impl HostMapping for HostBlock {
     }
 }
 
-impl Device for Emulated {
+// SAFETY: its allocations, mappings and modules are host blocks of this
+// process (the emulated device's memory), and its backing maps host memory
+// (`HostEmulated`).
+unsafe impl Device for Emulated {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -320,7 +327,15 @@ impl EmulatedModule {
     }
 }
 
-impl Module for EmulatedModule {
+// SAFETY: its globals are host blocks it owns for as long as it lives.
+unsafe impl Module for EmulatedModule {
+    fn is_on(&self, device: &dyn Device) -> bool {
+        device
+            .as_any()
+            .downcast_ref::<Emulated>()
+            .is_some_and(|d| Arc::ptr_eq(d.activity(), &self.activity))
+    }
+
     fn global(&self, name: &str) -> Result<Global, HostError> {
         self.globals
             .iter()

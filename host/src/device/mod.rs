@@ -146,7 +146,12 @@ impl<K: Kernel> Launch for K {
 }
 
 /// Device memory owned by the host program; freed on drop.
-pub trait Allocation: Send + Sync {
+///
+/// # Safety
+/// An implementation's `addr()..addr() + len()` is memory of the device
+/// that made it, readable and writable, for as long as it lives: the
+/// host's copies to and from it trust that.
+pub unsafe trait Allocation: Send + Sync {
     /// Its device address.
     fn addr(&self) -> DevicePtr;
     /// Its size in bytes.
@@ -159,7 +164,13 @@ pub trait Allocation: Send + Sync {
 
 /// Host memory the device addresses directly (the RPC mailbox), zeroed when
 /// made; freed on drop.
-pub trait HostMapping: Send + Sync {
+///
+/// # Safety
+/// An implementation's `host()..host() + len()` is host memory, readable
+/// and writable, 8-byte aligned, for as long as it lives, and `device()`
+/// the device's address of the same bytes: the RPC server reads and writes
+/// it through `host()` while kernels use `device()`.
+pub unsafe trait HostMapping: Send + Sync {
     /// The host's address.
     fn host(&self) -> *mut u8;
     /// The device's address of the same bytes.
@@ -173,7 +184,14 @@ pub trait HostMapping: Send + Sync {
 }
 
 /// A device: a GPU through the CUDA driver, or the emulated one.
-pub trait Device: Send + Sync {
+///
+/// # Safety
+/// What an implementation hands out is what it says: `alloc_zeroed`'s
+/// allocations, `mapped_host`'s mappings and `load_module`'s modules are
+/// of this device (their own traits' contracts), and `backing`'s addresses
+/// are this device's memory once mapped — the heap writes slab headers
+/// there through `write`.
+pub unsafe trait Device: Send + Sync {
     /// What it is.
     fn info(&self) -> &DeviceInfo;
 
@@ -256,15 +274,30 @@ pub trait AsModule {
 }
 
 impl AsModule for Arc<dyn Module> {
-    fn as_module(&self, _device: &dyn Device) -> Result<Arc<dyn Module>, HostError> {
+    fn as_module(&self, device: &dyn Device) -> Result<Arc<dyn Module>, HostError> {
+        if !self.is_on(device) {
+            return Err(HostError::WrongDevice(
+                "a module links only to a heap on the device that loaded it",
+            ));
+        }
         Ok(Arc::clone(self))
     }
 }
 
 /// A loaded module.
-pub trait Module: Send + Sync {
+///
+/// # Safety
+/// An implementation's `global` names memory of the device that loaded it:
+/// `addr..addr + size` readable and writable for as long as the module
+/// lives (a heap reads its layout and writes its link there), and
+/// `is_on` is true only of that device.
+pub unsafe trait Module: Send + Sync {
     /// The global `name`.
     fn global(&self, name: &str) -> Result<Global, HostError>;
+
+    /// Whether the module was loaded on `device`: a heap links only a
+    /// module of its own device, whose globals its copies can reach.
+    fn is_on(&self, device: &dyn Device) -> bool;
 
     /// Whether the module has the entry point `name`.
     fn has_kernel(&self, name: &str) -> bool;
