@@ -481,10 +481,18 @@ fn allocator_paths_stay_within_their_register_budgets() {
     // before its release, the walk's start, a slab's zeroing; PTX ISA: only
     // `bar.warp.sync` orders memory among a warp's lanes) and the walk's
     // warp slot read by the group's leader alone: sm_75 `free_only` 25 →
-    // 24; the rest unchanged.
+    // 24; the rest unchanged. Then a free of a pointer into a block's
+    // middle frees nothing unless the pointer is aligned above 4 KiB
+    // (`Slab::freeable_index_of`: `free(p + 16)` had freed half the 48-byte
+    // blocks it was given): `free_only` 24 / 26 / 26 / 28 → 25 / 27 / 26 /
+    // 28, within the warp's register allocation (a thread's registers go
+    // by eights) and without a spill at its target of 24. Its other forms
+    // took 26 / 26 / 26 / 28 (a bound of `| 1`, which was also wrong at
+    // the bound), 24 / 28 / 26 / 30 (a branch on `into`), 25 / 28 / 26 / 30
+    // (bitwise tests).
     const BUDGETS: &[(&str, [u32; 4])] = &[
         ("malloc_only", [44, 40, 46, 40]),
-        ("free_only", [24, 26, 26, 28]),
+        ("free_only", [25, 27, 26, 28]),
         ("malloc_free_once", [47, 45, 46, 45]),
         ("alloc_free", [55, 56, 56, 56]),
     ];

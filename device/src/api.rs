@@ -12,7 +12,7 @@
 //! | no heap bound (the module not linked, or its heap dropped) | null on a GPU (`Vec`/`Box` trap); in the simulator the launch fails naming `heap.link(&module)` (`malloc`), or the program ends after saying so (`Vec`/`Box`) |
 //! | `free(null)` | nothing |
 //! | `free` of a block already free, or of a pointer into a freed slab or block | nothing; counted as a double free |
-//! | `free` of a pointer the heap never handed out (outside its region, a slab header, inside a large block, into a block's middle) | nothing; counted as an invalid free |
+//! | `free` of a pointer the heap never handed out (outside its region, a slab header, inside a large block, into a block's middle) | nothing; counted as an invalid free (inside a large block, as a double free where a slab or a block's head was before: `granule`) |
 //! | `calloc(n, size)` with `n · size` overflowing | null |
 //! | `realloc(null, n)` | `malloc(n)` |
 //! | `realloc(p, 0)` | frees `p`, returns null |
@@ -22,11 +22,12 @@
 //!
 //! A pointer is an allocation's if it is a block's first byte, or — as
 //! `aligned_alloc` hands out for alignments above 4 KiB — that byte rounded
-//! up to the pointer's own alignment. `free(p + 8)` is an invalid free that
+//! up to the pointer's own alignment. `free(p + 8)`, and any other pointer
+//! into a block at a boundary of 4 KiB or less, is an invalid free that
 //! frees nothing, so the `free(p)` after it is the real one. (A pointer into
-//! a block that such a rounding could have made, `p + 32` at a 64-byte
-//! boundary, is taken for one: without a tag per allocation no allocator can
-//! tell.) A double free is caught until the block is handed out again;
+//! a block of more than 4 KiB at a boundary of more than 4 KiB, which such
+//! a rounding could have made, is taken for one: without a tag per
+//! allocation no allocator can tell.) A double free is caught until the block is handed out again;
 //! after that it frees the new owner's block, as in every allocator without
 //! per-allocation tags — and a warp's next malloc of a class usually takes
 //! the blocks the warp freed last (its bitfield walk starts at the warp's

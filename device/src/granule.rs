@@ -12,16 +12,21 @@
 //! ```
 //!
 //! A large block of `n` granules has `Large(n)` at its first granule; its
-//! other granules stay `Unused` (a pointer into them is an invalid free).
-//! `Freed` remembers that a slab or large block was here, so that a stale
-//! pointer is reported as a double free rather than an invalid one.
+//! other granules keep the entry they had (`Unused`, or `Freed` where a
+//! slab or a block's head was before), and a free of a pointer into them
+//! frees nothing: an invalid free, or a double free where the entry says
+//! `Freed`. (Writing each of them at every large malloc and free would put
+//! a loop on the free path, whose registers every kernel that frees pays:
+//! the counters' split is not worth it.) `Freed` remembers that a slab or
+//! a large block's head was here, so that a stale pointer to it is
+//! reported as a double free rather than an invalid one.
 
 use crate::sync::{AtomicU32, Ordering, SharedArray};
 
 /// What a granule of the region is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Granule {
-    /// Never ours, or inside a large block (not its head).
+    /// Never ours (a large block's other granules keep what they had).
     Unused,
     /// A live slab, published by slot `slot`.
     Slab {

@@ -20,7 +20,9 @@
 use crate::event::{Event, record};
 use crate::index::{OFFSET_BITS, divide, reduce, wrap};
 use crate::simt::{self, Scope};
-use crate::size_class::{Geometry, HEADER_BYTES, SLAB_SIZE, WORD_BITS, class_index, geometry};
+use crate::size_class::{
+    Geometry, HEADER_BYTES, MAX_DATA_ALIGN, SLAB_SIZE, WORD_BITS, class_index, geometry,
+};
 use crate::sync::{AtomicU32, Ordering, fence};
 
 /// "WASL": marks a slab header written by this allocator.
@@ -178,13 +180,19 @@ impl Slab {
 
     /// The block index of `addr` in a slab of class `geo`, if `addr` is a
     /// pointer the allocator may have handed out for that block: its first
-    /// byte, or — from `aligned_alloc` — the first byte rounded up to an
-    /// alignment, which is then `addr`'s own (its lowest set bit) and more
+    /// byte, or — from `aligned_alloc` with an alignment above
+    /// `MAX_DATA_ALIGN` (4 KiB), the only ones rounded up inside a block
+    /// (`size_class::place`) — the first byte rounded up to that alignment,
+    /// which is then `addr`'s own (its lowest set bit, above 4 KiB) and more
     /// than `addr`'s distance into the block. What `free` accepts: any
-    /// other pointer into a block (`p + 8`) is an invalid free, which frees
-    /// nothing. (A pointer into a block that an alignment could have made —
-    /// `p + 32` at a 64-byte boundary — is taken for one: without a tag per
-    /// allocation, no allocator can tell.)
+    /// other pointer into a block (`p + 8`, and `p + 16` at a 32-byte
+    /// boundary, which a 48-byte block's middle often is) is an invalid
+    /// free, which frees nothing. (A pointer into a block of more than 4
+    /// KiB at a boundary of more than 4 KiB, which such a rounding could
+    /// have made, is taken for one: without a tag per allocation, no
+    /// allocator can tell.) Until 2026-12-07 any pointer into a block at a
+    /// boundary above its distance into it was taken: `free(p + 16)` freed
+    /// half the 48-byte blocks it was given.
     #[inline(always)]
     pub fn freeable_index_of(self, addr: u64, geo: Geometry) -> Option<u32> {
         // Below the blocks, the subtraction wraps past the range check.
@@ -197,7 +205,11 @@ impl Slab {
         // `addr`'s alignment, at most 2^31 (more than any block).
         let low = addr as u32 | 1 << 31;
         let align = low & low.wrapping_neg();
-        (index < geo.usable && into < align).then_some(index)
+        // Above 4 KiB, `into` below `addr`'s alignment; else 0 (a bound of
+        // 1). Of four forms (ptxas, 2026-12-07), this one costs the free
+        // path least: a register more than before on sm_75 and sm_90.
+        let limit = (align & !(2 * MAX_DATA_ALIGN - 1)).max(1);
+        (index < geo.usable && into < limit).then_some(index)
     }
 
     /// The address of block `index`.
@@ -750,7 +762,58 @@ fn xorshift32(state: &mut u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::runs_of;
+    use super::{Slab, runs_of};
+    use crate::size_class::{CLASS_COUNT, MAX_DATA_ALIGN, Placement, SLAB_SIZE, geometry, place};
+
+    /// In every class, a block's first byte is its own and no other byte of
+    /// it is, but for a pointer that `aligned_alloc` rounds up inside a
+    /// block (alignments above 4 KiB); bytes outside the blocks are none.
+    #[test]
+    fn only_a_blocks_start_or_its_rounding_up_is_freeable() {
+        let slab = Slab(SLAB_SIZE * 7);
+        for class in 0..CLASS_COUNT {
+            let geo = geometry(class);
+            let blocks = (0..geo.usable.min(96)).chain([geo.usable - 1]);
+            for i in blocks {
+                let start = slab.block_addr(i, geo);
+                assert_eq!(slab.freeable_index_of(start, geo), Some(i), "{}", geo.block);
+                let into = (1..64u64)
+                    .chain((6..20).map(|k| 1u64 << k))
+                    .chain([u64::from(geo.block) - 1]);
+                for d in into.filter(|&d| d < u64::from(geo.block)) {
+                    let p = start + d;
+                    let own = 1u64 << p.trailing_zeros();
+                    let want = (own > u64::from(MAX_DATA_ALIGN) && d < own).then_some(i);
+                    assert_eq!(
+                        slab.freeable_index_of(p, geo),
+                        want,
+                        "block {} #{i}, start {start:#x} + {d}",
+                        geo.block
+                    );
+                }
+            }
+            assert_eq!(slab.freeable_index_of(slab.0 + 8, geo), None, "the header");
+            let end = slab.block_addr(geo.usable, geo);
+            assert_eq!(slab.freeable_index_of(end, geo), None, "past the blocks");
+        }
+        // What `aligned_alloc` hands out above 4 KiB: freeable.
+        for align in [8192u64, 16_384, 65_536, 262_144] {
+            for bytes in [1u64, 100, 4096, 20_000] {
+                let Placement::Slab { class } = place(bytes, align) else {
+                    continue;
+                };
+                let geo = geometry(class);
+                for i in 0..geo.usable.min(8) {
+                    let p = slab.block_addr(i, geo).next_multiple_of(align);
+                    assert_eq!(
+                        slab.freeable_index_of(p, geo),
+                        Some(i),
+                        "{bytes} B at {align}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn runs_of_marks_the_starts_of_free_runs() {

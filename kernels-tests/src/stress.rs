@@ -528,7 +528,7 @@ kernel! {
         simt::syncwarp(simt::warp_mask());
         // SAFETY: ours; every free but the first `free(p)` is bad input
         // under test, which the allocator must survive without touching
-        // memory: a pointer into the block's middle (an invalid free, which
+        // memory: pointers into the block's middle (invalid frees, which
         // frees nothing: the block stays live and intact, and the free of
         // `p` that follows is the real one; a `realloc` of it is refused,
         // an invalid free too, and its usable size is 0), a double free, a
@@ -539,6 +539,12 @@ kernel! {
                 free(p.wrapping_add(8));
                 broken(!warpalloc_device::realloc(p.wrapping_add(8), 64).is_null());
                 broken(usable_size(p.wrapping_add(8)) != 0);
+                // `p + 16`: in the 48-byte class, at a 32-byte boundary for
+                // every other block, which is no reason to take it for a
+                // block's start (only `aligned_alloc` above 4 KiB rounds a
+                // pointer up inside its block).
+                free(p.wrapping_add(16));
+                broken(usable_size(p.wrapping_add(16)) != 0);
                 broken(usable_size(p) < 40 || !check_pattern(p, 40, 7, 7));
                 free(p);
             }

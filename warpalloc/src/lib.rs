@@ -112,8 +112,10 @@ pub use warpalloc_host::device::{AsDevice, AsModule};
 pub use warpalloc_host::cudarc;
 
 /// The global allocator for a host program whose simulated kernels use
-/// `Vec`/`Box` (and for kernel crates on the GPU): a heap's pointers go back
-/// to that heap, everything else to the system allocator.
+/// `Vec`/`Box`, and for kernel crates on the GPU. On the host a heap's
+/// pointers go back to that heap and everything else to the system
+/// allocator; on the GPU every allocation is the heap's (a pointer it never
+/// handed out is an invalid free, counted in its error record).
 pub use warpalloc_device::WarpAlloc;
 
 /// What the device heap reports: its error record, traffic and census.
