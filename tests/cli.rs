@@ -1341,7 +1341,7 @@ fn stress_bad_input_counts_exactly_what_it_made_and_the_record_names_the_kernel(
     assert_eq!(bad["threads"], 32, "{bad}");
     assert_eq!(
         (bad["double_frees"].as_u64(), bad["invalid_frees"].as_u64()),
-        (Some(32), Some(3 * 32)),
+        (Some(32), Some(4 * 32)),
         "{bad}"
     );
     assert_eq!(bad["problems"].as_array().map(Vec::len), Some(0), "{bad}");

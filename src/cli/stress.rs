@@ -385,7 +385,9 @@ fn run_bad_input(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> 
     // block in `frees`, and each malloc it made of them.
     s.allocs = s.frees;
     let mut o = outcome(s, threads, elapsed);
-    o.bad_frees = (s.frees, 2 * s.frees + threads);
+    // Per thread with a block: a double free, and invalid frees of `p + 8`,
+    // its `realloc` and `p + 16`; per thread: the foreign pointer's.
+    o.bad_frees = (s.frees, 3 * s.frees + threads);
     if s.frees + s.nulls != threads {
         o.problems.push(format!(
             "{} of {threads} threads finished",
