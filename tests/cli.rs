@@ -1320,7 +1320,7 @@ fn stress_on_a_pool_with_fallback_gets_no_null() {
 #[test]
 fn stress_bad_input_counts_exactly_what_it_made_and_the_record_names_the_kernel() {
     // One warp, whatever the grid asked for (`run_bad_input`): each lane
-    // frees a pointer into its block's middle, reallocs it, frees its block
+    // frees two pointers into its block's middle, reallocs one, frees its block
     // twice, and frees a pointer the heap never handed out. The run passes
     // only if the heap counted exactly those and its error record names a
     // lane of `bad_input`.

@@ -91,7 +91,7 @@ fn miri_pool_mode_and_bad_input() {
     let s = stats(&heap, &stats_buf);
     assert_eq!(s.broken, 0, "{s:?}");
     let e = errors(&heap);
-    assert_eq!((e.double_frees, e.invalid_frees), (4, 3 * 4), "{e:?}");
+    assert_eq!((e.double_frees, e.invalid_frees), (4, 4 * 4), "{e:?}");
     let h = heap.stats().expect("stats");
     assert_eq!(h.rpc.allocs, 0, "pool mode asked the host for a slab");
     assert!(h.traffic.slabs_from_provider > 0);
