@@ -769,6 +769,7 @@ mod tests {
     /// it is, but for a pointer that `aligned_alloc` rounds up inside a
     /// block (alignments above 4 KiB); bytes outside the blocks are none.
     #[test]
+    #[cfg_attr(miri, ignore = "safe arithmetic only, and minutes under Miri")]
     fn only_a_blocks_start_or_its_rounding_up_is_freeable() {
         let slab = Slab(SLAB_SIZE * 7);
         for class in 0..CLASS_COUNT {
