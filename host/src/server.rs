@@ -20,12 +20,13 @@
 //! work (no free, no synchronize, nothing on a kernel's stream). The heap's
 //! handler only maps memory (on demand) and keeps freed memory mapped.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
-use warpalloc_device::rpc::wire::{Port, Reply, Request};
+use warpalloc_device::rpc::wire::{Port, Reply, Request, Status};
 
 /// Idle sweeps spent spinning before yielding.
 const SPIN: u32 = 64;
@@ -143,8 +144,9 @@ impl Drop for Registration {
             // loop condition (process scope).
             stop.store(true, Ordering::Release);
             thread.unpark();
-            // The thread catches nothing and panics on nothing; a join error
-            // would only repeat a panic already printed.
+            // The thread catches its handlers' panics (`answer`) and panics
+            // on nothing itself; a join error would only repeat a panic
+            // already printed.
             let _ = handle.join();
         }
         // The thread may hold the old list for one more sweep: wait until it
@@ -205,6 +207,16 @@ fn serve(stop: &AtomicBool) {
     }
 }
 
+/// The handler's reply to `request`; a refusal (`BadRequest`) should the
+/// handler panic — a bug, none known, which the panic hook prints. The
+/// server thread lives on: the lane waiting for this answer gets one (a
+/// null), and every kernel on every mailbox keeps its server, instead of
+/// spinning on its port for ever.
+fn answer(handler: &Handler, request: Request) -> Reply {
+    catch_unwind(AssertUnwindSafe(|| handler(request)))
+        .unwrap_or(Reply::Refused(Status::BadRequest))
+}
+
 /// Answers every pending request of one mailbox; whether there was one.
 fn sweep(mailbox: &Served) -> bool {
     let mut worked = false;
@@ -220,7 +232,7 @@ fn sweep(mailbox: &Served) -> bool {
             let lane = lanes.trailing_zeros();
             lanes &= lanes - 1;
             let reply = match request.request(lane) {
-                Ok(r) => (mailbox.handler)(r),
+                Ok(r) => answer(&*mailbox.handler, r),
                 Err(status) => Reply::Refused(status),
             };
             request.reply(lane, &reply);
@@ -249,5 +261,30 @@ impl Registration {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handler that panics is answered for: a refusal, and the server's
+    /// next answer is the handler's again.
+    #[test]
+    fn a_handler_that_panics_is_answered_with_a_refusal() {
+        let handler: Arc<Handler> = Arc::new(|request| match request {
+            Request::Alloc { .. } => panic!("a handler's bug, planted"),
+            _ => Reply::Free(Ok(())),
+        });
+        let alloc = Request::Alloc {
+            bytes: 2 << 20,
+            align: 2 << 20,
+        };
+        assert_eq!(answer(&*handler, alloc), Reply::Refused(Status::BadRequest));
+        let free = Request::Free {
+            addr: 2 << 20,
+            bytes: 2 << 20,
+        };
+        assert_eq!(answer(&*handler, free), Reply::Free(Ok(())));
     }
 }
