@@ -80,6 +80,15 @@ const CHURN: Churn = Churn {
     large_one_in: 200,
 };
 
+/// Small sizes, many per slab: contention on few slabs and bitfield words.
+const TINY: Churn = Churn {
+    blocks: 8,
+    threads: 96,
+    iterations: 24,
+    max_small: 64,
+    large_one_in: 0,
+};
+
 #[test]
 fn churn_64_warps_many_seeds() {
     let mut total = Stats::default();
@@ -105,16 +114,8 @@ fn churn_converged_and_parallel() {
 
 #[test]
 fn churn_tiny_sizes_fill_slabs() {
-    // Small sizes, many per slab: contention on few slabs and bitfield words.
-    let shape = Churn {
-        blocks: 8,
-        threads: 96,
-        iterations: 24,
-        max_small: 64,
-        large_one_in: 0,
-    };
     for seed in seeds(0xc6u64, 3) {
-        churn_once(seed, &shape, |c| c);
+        churn_once(seed, &TINY, |c| c);
     }
 }
 
@@ -126,15 +127,8 @@ fn churn_tiny_sizes_fill_slabs() {
 /// lanes tested bits of runs of their own).
 #[test]
 fn churn_with_a_warp_slot_read_apart_by_each_lane() {
-    let tiny = Churn {
-        blocks: 8,
-        threads: 96,
-        iterations: 24,
-        max_small: 64,
-        large_one_in: 0,
-    };
     for seed in seeds(0xc8u64, 2) {
-        churn_once(seed, &tiny, |c| c.migrating(true));
+        churn_once(seed, &TINY, |c| c.migrating(true));
         churn_once(seed, &CHURN, |c| {
             c.migrating(true).convergence(Convergence::Converged)
         });
@@ -147,15 +141,8 @@ fn churn_with_a_warp_slot_read_apart_by_each_lane() {
 /// and converged warps.
 #[test]
 fn churn_on_the_sm75_free_path() {
-    let tiny = Churn {
-        blocks: 8,
-        threads: 96,
-        iterations: 24,
-        max_small: 64,
-        large_one_in: 0,
-    };
     for seed in seeds(0xc7u64, 3) {
-        churn_once(seed, &tiny, |c| c.capability(7, 5));
+        churn_once(seed, &TINY, |c| c.capability(7, 5));
         churn_once(seed, &CHURN, |c| {
             c.capability(7, 5).convergence(Convergence::Converged)
         });
