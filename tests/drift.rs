@@ -280,3 +280,53 @@ fn a_refused_large_block_takes_the_emptied_slabs_back_and_counts_them_as_given_b
     free_run(&mut heap, &large);
     assert_empty(&mut heap, "give-back");
 }
+
+#[test]
+fn a_block_larger_than_the_region_is_refused_without_asking_the_host_or_giving_slabs_back() {
+    // As above, four classes keep an emptied slab each. A block larger
+    // than the whole region can never be served: the device refuses it
+    // itself (null, counted out of memory), with no request to the host
+    // and no kept slab given back — a request the host must refuse used to
+    // flush the classes' slabs first.
+    let granule = SLAB_SIZE;
+    let mut heap = heap_with(HeapConfig {
+        reserve: Some(64 * granule),
+        limit: Some(4 * granule),
+        slots: 64,
+        ..HeapConfig::default()
+    });
+    let small = malloc_sizes_run(&mut heap, &[16, 1024, 4096, 16384]);
+    assert!(small.iter().all(|&p| p != 0), "{small:x?}");
+    free_run(&mut heap, &small);
+    let before = heap.stats().expect("stats");
+    assert_eq!(before.live.empty_slabs, 4, "{before:?}");
+    // 4 GiB less a byte: over the 128 MiB region.
+    let huge = malloc_sizes_run(&mut heap, &[u32::MAX, u32::MAX]);
+    assert_eq!(huge, [0, 0]);
+    let after = heap.stats().expect("stats");
+    assert_eq!(
+        after.live.empty_slabs, 4,
+        "kept slabs given back: {after:?}"
+    );
+    assert_eq!(
+        after.traffic.slabs_to_provider, before.traffic.slabs_to_provider,
+        "{after:?}"
+    );
+    assert_eq!(
+        after.rpc.allocs, before.rpc.allocs,
+        "asked the host: {after:?}"
+    );
+    assert_eq!(
+        after.device.out_of_memory - before.device.out_of_memory,
+        2,
+        "{after:?}"
+    );
+    // A block the region can hold, though over the limit, is still asked
+    // for (and refused by the limit, after the kept slabs went back).
+    let over = malloc_sizes_run(&mut heap, &[(64 << 20) + 1]);
+    assert_eq!(over, [0]);
+    let last = heap.stats().expect("stats");
+    assert_eq!(last.rpc.allocs - after.rpc.allocs, 2, "{last:?}");
+    assert_eq!(last.live.empty_slabs, 0, "{last:?}");
+    assert_empty(&mut heap, "a block larger than the region");
+}
