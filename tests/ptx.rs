@@ -2,7 +2,8 @@
 //! ptxas assembles it for sm_75 and sm_90 (and the sm_80 module for sm_80
 //! and sm_90), the collectives come out as the expected instructions, no
 //! function spills registers, and the allocator's kernels stay within their
-//! register budgets.
+//! register budgets; and the device crate built with `c-abi` exports C's
+//! allocation functions, which a kernel calling them by name assembles with.
 //!
 //! Needs `ptxas` (`cargo xtask setup` installs it); without it the test fails.
 
@@ -568,4 +569,95 @@ fn allocator_paths_stay_within_their_register_budgets() {
         }
     }
     assert!(failures.is_empty(), "over budget:\n{failures}");
+}
+
+/// The device crate as a kernel written in or linking C uses it: built to
+/// PTX with `c-abi`, it exports `malloc`, `free`, `calloc`, `realloc` and
+/// `aligned_alloc` as visible functions of C's signatures, with no warning,
+/// and a kernel that calls `malloc` and `free` by those names (as one
+/// linked from C would) assembles with them.
+#[test]
+fn the_c_abi_exports_build_and_a_kernel_calling_them_assembles() {
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR has a parent")
+        .join("warpalloc-ptx");
+    let out = warpalloc_builder::PtxBuilder::new(concat!(env!("CARGO_MANIFEST_DIR"), "/device"))
+        .arch(Arch::Sm75)
+        .feature("c-abi")
+        .target_dir(target)
+        .out_file(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("c_abi.ptx"))
+        .cargo_directives(false)
+        .build()
+        .unwrap_or_else(|e| panic!("building the device crate with c-abi: {e}"));
+    assert!(out.warnings.is_empty(), "{}", out.warnings.join("\n"));
+    let mut exported = out.functions.clone();
+    exported.sort();
+    assert_eq!(
+        exported,
+        ["aligned_alloc", "calloc", "free", "malloc", "realloc"],
+        "{:?}",
+        out.functions
+    );
+    let mut globals = out.globals.clone();
+    globals.sort();
+    assert_eq!(globals, ["WARPALLOC_HEAP", "WARPALLOC_HEAP_LAYOUT"]);
+    let text = std::fs::read_to_string(&out.path).expect("the PTX");
+    // C's signatures: a pointer-sized argument and result.
+    for (name, declared) in [
+        (
+            "malloc",
+            ".visible .func  (.param .b64 func_retval0) malloc(\n\t.param .b64 ",
+        ),
+        ("free", ".visible .func free(\n\t.param .b64 "),
+    ] {
+        assert!(text.contains(declared), "{name}'s declaration:\n{text}");
+    }
+    // A kernel of another module, linked in, calls them by name: here
+    // appended to the module, as the linker would put it.
+    let caller = format!(
+        "{text}\n{}",
+        r#"
+.visible .entry c_abi_caller(
+	.param .u64 c_abi_caller_param_0
+)
+{
+	.reg .b64 	%rd<4>;
+	ld.param.u64 	%rd1, [c_abi_caller_param_0];
+	cvta.to.global.u64 	%rd2, %rd1;
+	{
+	.param .b64 param0;
+	st.param.b64 	[param0], 48;
+	.param .b64 retval0;
+	call.uni (retval0), malloc, (param0);
+	ld.param.b64 	%rd3, [retval0];
+	}
+	st.global.u64 	[%rd2], %rd3;
+	{
+	.param .b64 param0;
+	st.param.b64 	[param0], %rd3;
+	call.uni free, (param0);
+	}
+	ret;
+}
+"#
+    );
+    let file = ptx_file("c_abi_caller", &caller);
+    let ptxas = Ptxas::find().unwrap_or_else(|e| panic!("{e}"));
+    for arch in [Arch::Sm75, Arch::Sm90] {
+        let report = ptxas
+            .assemble(&file, arch)
+            .unwrap_or_else(|e| panic!("ptxas rejected the c-abi caller for {arch}: {e}"));
+        let kernel = report
+            .get("c_abi_caller")
+            .unwrap_or_else(|| panic!("no c_abi_caller for {arch}:\n{}", report.log));
+        assert!(kernel.entry, "{}", report.log);
+        assert_eq!(
+            (kernel.spill_stores, kernel.spill_loads),
+            (0, 0),
+            "{arch}: {}",
+            report.log
+        );
+        assert!(report.warnings.is_empty(), "{arch}: {:?}", report.warnings);
+    }
 }
