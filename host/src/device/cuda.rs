@@ -391,11 +391,45 @@ impl AsModule for Arc<cudarc::driver::CudaModule> {
             .ok_or(HostError::WrongDevice(
                 "a cudarc module links only to a heap attached to a CUDA context",
             ))?;
-        Ok(Arc::new(LinkedModule {
+        let linked = LinkedModule {
             module: Arc::clone(self),
             stream: Arc::clone(&cuda.stream),
-        }))
+        };
+        // cudarc does not say which context loaded the program's module,
+        // but the driver says which owns its heap link: a module of
+        // another context (another device's, say) is refused here, before
+        // the heap writes its own memory's address where that module's
+        // kernels would read it. Where the driver does not say (no such
+        // global, or the attribute refused), the link goes on and finds
+        // the global itself (`check_layout`).
+        if let Ok(global) = linked.global(warpalloc_device::abi::HEAP_SYMBOL)
+            && let Some(owner) = owning_context(global.addr)
+            && owner != cuda.ctx.cu_ctx()
+        {
+            return Err(HostError::WrongDevice(
+                "a cudarc module links only to a heap attached to the context that loaded it",
+            ));
+        }
+        Ok(Arc::new(linked))
     }
+}
+
+/// The context that owns the device memory at `addr`
+/// (`cuPointerGetAttribute`, `CU_POINTER_ATTRIBUTE_CONTEXT`), or `None`
+/// where the driver does not say.
+fn owning_context(addr: sys::CUdeviceptr) -> Option<sys::CUcontext> {
+    let mut owner: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: `owner` is a valid out-pointer of the attribute's type (a
+    // `CUcontext`); the driver reads nothing else of ours.
+    let queried = guarded("cuPointerGetAttribute", || unsafe {
+        sys::cuPointerGetAttribute(
+            (&raw mut owner).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
+            addr,
+        )
+        .result()
+    });
+    (queried.is_ok() && !owner.is_null()).then_some(owner)
 }
 
 // SAFETY: its globals are the driver's, of a module the program loaded and
