@@ -996,6 +996,13 @@ fn hold_64_b_then_8_kib(heap: &mut Heap) -> [u64; 2] {
 /// then 6 (7 in 3 runs) after a trim that kept 3; with the class's hints
 /// left naming the slots the trim emptied (the mutation), 8 to 10: its
 /// searches claimed those slots anew, the kept slabs idle beside them.
+/// On 2026-12-07 (57 launches after a trim, the code of `ac990fb`): 6 in
+/// 37, 7 in 17, 8 in 3, so one launch held to 7 failed about one run in
+/// twenty, as the README's test command did once; the mutation 8 in 7 of
+/// 12, 9 in 5. Six launches, each after a trim, are
+/// held to 8 on average: in 20 runs the keep's six took 36 to 44 (6.0 to
+/// 7.3 a launch), and in 3 runs the mutation's took 56 to 64 (9.3 to 10.7:
+/// its hints drift further from the kept slabs at each trim).
 #[test]
 fn a_trim_keeps_each_classes_keep_for_the_next_launch() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
@@ -1019,11 +1026,23 @@ fn a_trim_keeps_each_classes_keep_for_the_next_launch() {
         "{st}"
     );
     assert_eq!(st.region.mapped_bytes, kept * GRANULE, "{st}");
-    let [small_again, large_again] = hold_64_b_then_8_kib(&mut heap);
-    assert_eq!(small_again, 0, "the kept 64 B slab serves again");
+    // The same work again after each of six trims: the host's replies
+    // come at their own times, so the slabs a launch creates vary by one
+    // or two; their sum is what tells the keep from its loss.
+    let mut news = Vec::new();
+    for round in 0..6 {
+        if round > 0 {
+            heap.trim().unwrap();
+            assert_eq!(heap.stats().unwrap().live.empty_slabs, kept);
+        }
+        let [small_again, large_again] = hold_64_b_then_8_kib(&mut heap);
+        assert_eq!(small_again, 0, "the kept 64 B slab serves again");
+        news.push(large_again);
+    }
+    let beyond = large - u64::from(keep);
     assert!(
-        large_again + u64::from(keep) <= large + 1,
-        "{large_again} new slabs of 8 KiB after keeping {keep} of {large}"
+        news.iter().sum::<u64>() <= 6 * (beyond + 2),
+        "{news:?} new slabs of 8 KiB after keeping {keep} of {large}: more than {beyond} + 2 a launch on average"
     );
     heap.trim_keeping(0).unwrap();
     assert_empty(&mut heap, "kept, trimmed");
