@@ -23,7 +23,7 @@ use support::{
     assert_clean, assert_empty, buffer, errors, free_run, heap, heap_with, malloc_sizes_run, run,
     stats,
 };
-use warpalloc::HeapConfig;
+use warpalloc::{Heap, HeapConfig, HeapStats};
 use warpalloc_device::sim::{Convergence, LaunchConfig};
 use warpalloc_device::size_class::{CLASSES, SLAB_SIZE};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats, churn, drain_transfer, lifetimes};
@@ -244,13 +244,10 @@ fn a_heap_at_its_limit_serves_a_large_block_from_scattered_free_granules() {
     assert_eq!(heap.stats().expect("stats").region.retired_granules, 0);
 }
 
-#[test]
-fn a_refused_large_block_takes_the_emptied_slabs_back_and_counts_them_as_given_back() {
-    // Four classes take the four granules of the limit with a slab each,
-    // and empty them; the classes keep their emptied slabs. A large block
-    // is then refused by the limit: the heap gives emptied slabs back to
-    // the host and asks again. Counted as given back, not taken over
-    // (before, each also counted as a takeover).
+/// A heap of a 128 MiB region and a limit of four granules, whose four
+/// classes took the four with a slab each and emptied them: the classes
+/// keep their emptied slabs. The heap, and its figures then.
+fn four_kept_slabs_at_the_limit() -> (Heap, HeapStats) {
     let granule = SLAB_SIZE;
     let mut heap = heap_with(HeapConfig {
         reserve: Some(64 * granule),
@@ -263,6 +260,17 @@ fn a_refused_large_block_takes_the_emptied_slabs_back_and_counts_them_as_given_b
     free_run(&mut heap, &small);
     let before = heap.stats().expect("stats");
     assert_eq!(before.live.empty_slabs, 4, "{before:?}");
+    (heap, before)
+}
+
+#[test]
+fn a_refused_large_block_takes_the_emptied_slabs_back_and_counts_them_as_given_back() {
+    // Four classes take the four granules of the limit with a slab each,
+    // and empty them; the classes keep their emptied slabs. A large block
+    // is then refused by the limit: the heap gives emptied slabs back to
+    // the host and asks again. Counted as given back, not taken over
+    // (before, each also counted as a takeover).
+    let (mut heap, before) = four_kept_slabs_at_the_limit();
     let large = malloc_sizes_run(&mut heap, &[3 << 20]);
     assert_ne!(
         large[0],
@@ -288,18 +296,7 @@ fn a_block_larger_than_the_region_is_refused_without_asking_the_host_or_giving_s
     // itself (null, counted out of memory), with no request to the host
     // and no kept slab given back — a request the host must refuse used to
     // flush the classes' slabs first.
-    let granule = SLAB_SIZE;
-    let mut heap = heap_with(HeapConfig {
-        reserve: Some(64 * granule),
-        limit: Some(4 * granule),
-        slots: 64,
-        ..HeapConfig::default()
-    });
-    let small = malloc_sizes_run(&mut heap, &[16, 1024, 4096, 16384]);
-    assert!(small.iter().all(|&p| p != 0), "{small:x?}");
-    free_run(&mut heap, &small);
-    let before = heap.stats().expect("stats");
-    assert_eq!(before.live.empty_slabs, 4, "{before:?}");
+    let (mut heap, before) = four_kept_slabs_at_the_limit();
     // 4 GiB less a byte: over the 128 MiB region.
     let huge = malloc_sizes_run(&mut heap, &[u32::MAX, u32::MAX]);
     assert_eq!(huge, [0, 0]);
