@@ -947,6 +947,43 @@ fn the_help_explains_the_columns_the_reports_print() {
     }
 }
 
+/// The GPU check's report says whether the first project (a user's
+/// program through cudarc, run by `run.sh` on the GPU) passed: its exit
+/// status and its last lines, and nothing when it did not run.
+#[test]
+fn the_device_report_says_whether_the_first_project_ran_on_the_gpu() {
+    let out = report_dir("first-project");
+    let md = device_report(&out);
+    assert!(!md.contains("first project"), "{md}");
+    let lines = |tail: &str, exit: i32| {
+        let text: String = (0..20).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(
+            out.join("first-project.txt"),
+            format!("{text}{tail}\nexit {exit}\n"),
+        )
+        .unwrap();
+        device_report(&out)
+    };
+    let md = lines("first project: every check passed", 0);
+    assert!(
+        md.contains("## first project (a user's program through cudarc): OK"),
+        "{md}"
+    );
+    assert!(
+        md.contains("every check passed") && !md.contains("line 8\n"),
+        "{md}"
+    );
+    let md = lines("Error: WrongDevice", 1);
+    assert!(
+        md.contains("cudarc): FAILED") && md.contains("exit 1"),
+        "{md}"
+    );
+    let json = std::fs::read_to_string(out.join("device-check.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["first_project"]["exit"], 1, "{json}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// Runs the GPU check's report (`scripts/device-check/report.py`) on the
 /// outputs in `out`; its markdown (`device-check.md`, beside
 /// `device-check.json`).

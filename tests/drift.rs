@@ -23,7 +23,8 @@ use support::{
     assert_clean, assert_empty, buffer, errors, free_run, heap, heap_with, malloc_sizes_run, run,
     stats,
 };
-use warpalloc::{Heap, HeapConfig, HeapStats};
+use warpalloc::backing::Refusal;
+use warpalloc::{Heap, HeapConfig, HeapStats, Moment};
 use warpalloc_device::sim::{Convergence, LaunchConfig};
 use warpalloc_device::size_class::{CLASSES, SLAB_SIZE};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats, churn, drain_transfer, lifetimes};
@@ -290,12 +291,13 @@ fn a_refused_large_block_takes_the_emptied_slabs_back_and_counts_them_as_given_b
 }
 
 #[test]
-fn a_block_larger_than_the_region_is_refused_without_asking_the_host_or_giving_slabs_back() {
+fn a_block_larger_than_the_region_gives_no_slab_back_and_is_refused_with_advice() {
     // As above, four classes keep an emptied slab each. A block larger
-    // than the whole region can never be served: the device refuses it
-    // itself (null, counted out of memory), with no request to the host
-    // and no kept slab given back — a request the host must refuse used to
-    // flush the classes' slabs first.
+    // than the whole region can never be served, and no slab given back
+    // would make room for it: the host refuses it (no address space) and
+    // the classes keep their slabs. Before, the refusal made the device
+    // give the kept slabs back and ask again. The refusal is recorded, so
+    // the phase's out-of-memory snapshot says what to raise.
     let (mut heap, before) = four_kept_slabs_at_the_limit();
     // 4 GiB less a byte: over the 128 MiB region.
     let huge = malloc_sizes_run(&mut heap, &[u32::MAX, u32::MAX]);
@@ -309,17 +311,32 @@ fn a_block_larger_than_the_region_is_refused_without_asking_the_host_or_giving_s
         after.traffic.slabs_to_provider, before.traffic.slabs_to_provider,
         "{after:?}"
     );
+    // Asked once each, not twice.
+    assert_eq!(after.rpc.allocs - before.rpc.allocs, 2, "{after:?}");
     assert_eq!(
-        after.rpc.allocs, before.rpc.allocs,
-        "asked the host: {after:?}"
+        after.region.refused(Refusal::NoAddressSpace)
+            - before.region.refused(Refusal::NoAddressSpace),
+        2,
+        "{after:?}"
     );
     assert_eq!(
         after.device.out_of_memory - before.device.out_of_memory,
         2,
         "{after:?}"
     );
-    // A block the region can hold, though over the limit, is still asked
-    // for (and refused by the limit, after the kept slabs went back).
+    let snapshots = heap.snapshots().expect("snapshots");
+    let advice = snapshots
+        .iter()
+        .find(|s| s.moment == Moment::FirstOutOfMemory)
+        .and_then(|s| s.advice())
+        .unwrap_or_default();
+    assert!(
+        advice.contains("a block of 4.0 GiB") && advice.contains("HeapConfig::reserve"),
+        "{advice}"
+    );
+    // A block the region can hold, though over the limit, is asked for,
+    // refused by the limit, and asked for again after the kept slabs went
+    // back.
     let over = malloc_sizes_run(&mut heap, &[(64 << 20) + 1]);
     assert_eq!(over, [0]);
     let last = heap.stats().expect("stats");

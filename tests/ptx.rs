@@ -578,10 +578,18 @@ fn allocator_paths_stay_within_their_register_budgets() {
 /// linked from C would) assembles with them.
 #[test]
 fn the_c_abi_exports_build_and_a_kernel_calling_them_assembles() {
-    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("CARGO_TARGET_TMPDIR has a parent")
-        .join("warpalloc-ptx");
+    // The build script's nested target directory (its `core` is built
+    // there already): `WARPALLOC_PTX_TARGET_DIR` where set, as the builder
+    // takes it, else `<target>/warpalloc-ptx`.
+    let target = std::env::var_os(warpalloc_builder::TARGET_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                .parent()
+                .expect("CARGO_TARGET_TMPDIR has a parent")
+                .join("warpalloc-ptx")
+        });
     let out = warpalloc_builder::PtxBuilder::new(concat!(env!("CARGO_MANIFEST_DIR"), "/device"))
         .arch(Arch::Sm75)
         .feature("c-abi")

@@ -147,6 +147,20 @@ def peer_missing(p, want):
     return out
 
 
+def first_project(path):
+    """The first project's run (run.sh's first-project.txt): its exit status
+    (run.sh's last line, "exit N") and its last lines before it; None when it
+    did not run."""
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return None
+    code = None
+    if text and re.fullmatch(r"exit -?\d+", text[-1].strip()):
+        code = int(text.pop().split()[-1])
+    return {"exit": code, "tail": text[-12:]}
+
+
 def sanitizer_summary(path):
     """compute-sanitizer's ERROR SUMMARY line and the exit status (run.sh's
     "exit N" line) of a vmm-control-*.txt or a sanitized stress run's log,
@@ -388,6 +402,7 @@ def main(out):
     report = {
         "gpu": (out / "gpu.csv").read_text() if (out / "gpu.csv").exists() else None,
         "info": (out / "info.txt").read_text() if (out / "info.txt").exists() else None,
+        "first_project": first_project(out / "first-project.txt"),
         "stress_rpc": load(out / "stress-rpc.json"),
         "stress_pool": load(out / "stress-pool.json"),
         "drift": {rounds: load(out / f"drift-{rounds}.json") for rounds in (10, 300)},
@@ -423,6 +438,18 @@ def main(out):
 
     md = ["# GPU check", "", "```", (report["gpu"] or "").strip(), "```", "",
           f"Mapping memory while a kernel spins on the mailbox: {deadlock}.", ""]
+    fp = report["first_project"]
+    if fp is not None:
+        verdict = "OK" if fp["exit"] == 0 else "FAILED" if fp["exit"] is not None else "no exit status"
+        status = "no exit status" if fp["exit"] is None else exit_text(fp["exit"])
+        md.append(f"## first project (a user's program through cudarc): {verdict}")
+        md.append("")
+        md.append(f"{status}; its last lines:")
+        md.append("")
+        md.append("```")
+        md += fp["tail"]
+        md.append("```")
+        md.append("")
     for name in ("stress_rpc", "stress_pool"):
         s = report[name] or {}
         md.append(f"## {name}: {'OK' if s.get('ok') else 'FAILED'}")

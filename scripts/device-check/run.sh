@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # warpalloc's GPU check: the one command to run on a GPU machine, in the
 # folder `cargo xtask device-check` staged (the release `warpalloc` binary,
-# this script, baseline.cu and report.py, and when it was given Gallatin's
+# the first project's GPU build, this script, baseline.cu and report.py, and
+# when it was given Gallatin's
 # source, peers/gallatin-bench and peers/vmm_control; with --candidate REV,
 # candidate/warpalloc, a second build timed beside this one; no Rust
 # toolchain needed).
 #
 #   OUT=/some/dir ./run.sh
 #
-# Runs every stress kernel at full scale (8 blocks per SM) in RPC and pool
-# modes, lifetimes and churn at 10 and 300 rounds (drift), the benchmark
+# Runs the first project (a user's program through cudarc), every stress
+# kernel at full scale (8 blocks per SM) in RPC and pool modes, lifetimes and churn at 10 and 300 rounds (drift), the benchmark
 # cases, the CUDA C++ baseline (CUDA's own device malloc
 # with its heap raised to 8 GiB) and the atomics ceiling, the peer allocator
 # Gallatin through the same cases (when staged), the allocator's events
@@ -40,7 +41,7 @@ BUDGET=${BUDGET:-465}
 # that has little device time left, e.g. STEPS="stress bench gallatin".
 # `candidate` runs within `bench` (each case right after this build's), so
 # it needs `bench` too: STEPS="bench candidate" times a change alone.
-STEPS=${STEPS:-"stress drift bench candidate baseline gallatin events memcheck sanitizer"}
+STEPS=${STEPS:-"first-project stress drift bench candidate baseline gallatin events memcheck sanitizer"}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # limited LIMIT CMD...: CMD under `timeout` with LIMIT seconds, or what is left
 # of the budget if that is less; 254 without running it when none is left.
@@ -69,6 +70,20 @@ cat "$OUT/gpu.csv" >&2
 step "warpalloc info"
 limited 20 ./warpalloc --gpu info > "$OUT/info.txt" 2>&1
 cat "$OUT/info.txt" >&2
+
+# The first project (examples/first-project built with `--features gpu`):
+# a user's program on GPU 0 through cudarc — a heap attached to cudarc's
+# context, a cudarc module linked to it, three allocating kernels on two
+# streams; it checks what they wrote and exits non-zero when one is wrong.
+if ! want first-project; then
+  step "first-project: not in STEPS"
+elif [ -x ./first-project ]; then
+  step "first-project"
+  limited 30 ./first-project > "$OUT/first-project.txt" 2>&1
+  echo "exit $?" >> "$OUT/first-project.txt"
+else
+  step "first-project: none staged"
+fi
 
 # Pool mode first: slabs mapped before the launch, no RPC on the slab path
 # (and no large blocks here). Then RPC mode, where the host maps memory for

@@ -280,6 +280,23 @@ fn device_check(steps: &mut Steps, candidate: Option<&str>) -> Result<()> {
     steps.run("build", || {
         cargo(&["build", "--release", "-p", "warpalloc-tool"]).status_ok()
     })?;
+    // The first project built for GPU 0 (`--features gpu`): a user's
+    // program, through cudarc and `heap.link(&module)` of a cudarc module,
+    // which no other step runs.
+    steps.run("first-project (gpu)", || {
+        cargo(&[
+            "build",
+            "--release",
+            "--manifest-path",
+            "examples/first-project/Cargo.toml",
+            "-p",
+            "first-project",
+            "--features",
+            "gpu",
+        ])
+        .env("CARGO_TARGET_DIR", root().join("target"))
+        .status_ok()
+    })?;
     steps.run("stage", || {
         if stage.exists() {
             std::fs::remove_dir_all(&stage)?;
@@ -288,6 +305,10 @@ fn device_check(steps: &mut Steps, candidate: Option<&str>) -> Result<()> {
         std::fs::copy(
             root().join("target/release/warpalloc"),
             stage.join("warpalloc"),
+        )?;
+        std::fs::copy(
+            root().join("target/release/first-project"),
+            stage.join("first-project"),
         )?;
         for f in ["run.sh", "baseline.cu", "report.py"] {
             std::fs::copy(root().join("scripts/device-check").join(f), stage.join(f))?;
@@ -328,6 +349,9 @@ fn device_check(steps: &mut Steps, candidate: Option<&str>) -> Result<()> {
         }
         if !out.join("device-check.md").is_file() {
             bail!("report.py wrote no device-check.md");
+        }
+        if !out.join("first-project.txt").is_file() {
+            bail!("run.sh did not run the staged first-project");
         }
         if stage.join("peers/gallatin-bench").is_file() && !out.join("gallatin.err").is_file() {
             bail!("run.sh did not run the staged peers/gallatin-bench");

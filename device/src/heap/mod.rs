@@ -570,14 +570,12 @@ impl DeviceHeap {
     #[cold]
     #[inline(never)]
     fn allocate_large(&self, bytes: u64, align: u64) -> u64 {
-        // A block the region cannot hold is refused here: no request the
-        // host must refuse, and no emptied slab given back for nothing
-        // (`malloc(1 << 50)` once flushed the classes' kept slabs).
-        if bytes > self.region().1 {
-            return 0;
-        }
         let mut addr = self.system_allocate(bytes, align);
-        if addr == 0 && self.give_back_empties() != 0 {
+        // A block larger than the region: no slab given back makes room
+        // for it (`malloc(1 << 50)` once flushed the classes' kept slabs).
+        // It still asks, so that the host records the refusal and its
+        // advice (raise the reservation).
+        if addr == 0 && bytes <= self.region().1 && self.give_back_empties() != 0 {
             // Memory pressure: the classes' emptied slabs went back to the
             // host, which may now have the run it lacked.
             addr = self.system_allocate(bytes, align);
