@@ -80,7 +80,8 @@ use warpalloc_device::{ClassCounts, DeviceHeap};
 
 use crate::backing::{Backing, GRANULE, Refusal, Region, RegionConfig, RegionStats};
 use crate::device::{
-    Allocation, AsDevice, AsModule, Device, Global, HostMapping, Launch, LaunchReport, Module,
+    Allocation, AsDevice, AsModule, Device, Global, GlobalRead, HostMapping, Launch, LaunchReport,
+    Module, read_global,
 };
 use crate::server::{self, Registration};
 use crate::snapshot::{Moment, Reading, RefusalRecord, Snapshot};
@@ -740,28 +741,23 @@ impl SlabMemory for DeviceMemory<'_> {
 /// Checks a module's heap link and layout against this program's.
 fn check_layout(device: &dyn Device, module: &dyn Module) -> Result<Global, HostError> {
     let global = module.global(HEAP_SYMBOL)?;
-    let words = match module.global(LAYOUT_SYMBOL) {
-        Ok(g) if g.size == 8 * LAYOUT_WORDS => {
-            let mut words = [0u64; LAYOUT_WORDS];
-            // SAFETY: a module global of exactly this size, read while no
-            // kernel runs (the caller synchronised).
-            unsafe { device.read(g.addr, bytemuck::cast_slice_mut(&mut words)) }?;
-            words
-        }
-        Ok(g) => {
+    let mut words = [0u64; LAYOUT_WORDS];
+    // SAFETY: the module is on `device` (its `as_module` checked), and no
+    // kernel runs (the caller synchronised).
+    match unsafe { read_global(device, module, LAYOUT_SYMBOL, &mut words) }? {
+        GlobalRead::Read => {}
+        GlobalRead::Size(size) => {
             return Err(HostError::HeapLayout(format!(
-                "{LAYOUT_SYMBOL} is {} bytes, expected {}",
-                g.size,
+                "{LAYOUT_SYMBOL} is {size} bytes, expected {}",
                 8 * LAYOUT_WORDS
             )));
         }
-        Err(HostError::MissingSymbol { .. }) => {
+        GlobalRead::Missing => {
             return Err(HostError::HeapLayout(format!(
                 "the module has no {LAYOUT_SYMBOL}: it was built with another warpalloc"
             )));
         }
-        Err(e) => return Err(e),
-    };
+    }
     let theirs = Layout::from_words(&words).ok_or_else(|| {
         HostError::HeapLayout(format!(
             "{LAYOUT_SYMBOL} does not start with the layout magic"

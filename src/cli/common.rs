@@ -7,6 +7,7 @@ use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::event::{EVENT_ROWS, EVENT_STRIDE, EVENTS, EVENTS_SYMBOL};
 use warpalloc_device::heap::stream_count_for;
 use warpalloc_device::kernel::Kernel;
+use warpalloc_host::device::{GlobalRead, read_global};
 use warpalloc_host::{Buffer, HostError, Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats};
 use warpalloc_sim::{Convergence, LaunchConfig, Timing};
@@ -126,27 +127,27 @@ pub fn gpu_events(heap: &Heap) -> Result<Option<[u64; EVENTS]>, HostError> {
     if !launcher.on_gpu() {
         return Ok(None);
     }
-    let global = match launcher.module().global(EVENTS_SYMBOL) {
-        Ok(global) => global,
-        // Not the events build.
-        Err(HostError::MissingSymbol { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
     let mut words = vec![0u64; EVENT_STRIDE * EVENT_ROWS];
-    if global.size != 8 * words.len() {
-        return Err(HostError::InvalidPtx(format!(
-            "{EVENTS_SYMBOL} is {} bytes, expected {}",
-            global.size,
-            8 * words.len()
-        )));
+    // SAFETY: the launcher's module, on its device, read after the launch
+    // that wrote it completed (`Heap::launch` waits for it).
+    match unsafe {
+        read_global(
+            &**launcher.device(),
+            &**launcher.module(),
+            EVENTS_SYMBOL,
+            &mut words,
+        )
+    }? {
+        GlobalRead::Read => {}
+        // Not the events build.
+        GlobalRead::Missing => return Ok(None),
+        GlobalRead::Size(size) => {
+            return Err(HostError::InvalidPtx(format!(
+                "{EVENTS_SYMBOL} is {size} bytes, expected {}",
+                8 * words.len()
+            )));
+        }
     }
-    // SAFETY: a module global of exactly this many bytes, read after the
-    // launch that wrote it completed (`Heap::launch` waits for it).
-    unsafe {
-        launcher
-            .device()
-            .read(global.addr, bytemuck::cast_slice_mut(&mut words))
-    }?;
     let mut sums = [0u64; EVENTS];
     for row in words.chunks_exact(EVENT_STRIDE) {
         // The row's first `EVENTS` counters; the rest is padding.

@@ -103,6 +103,45 @@ pub struct Global {
     pub size: usize,
 }
 
+/// What [`read_global`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GlobalRead {
+    /// The global, of the expected size, read.
+    Read,
+    /// The module has no global of that name.
+    Missing,
+    /// The global has another size: its bytes (nothing was read).
+    Size(usize),
+}
+
+/// Reads the `u64` words of `module`'s global `name` into `out`, which
+/// must be its exact size: [`GlobalRead::Missing`] where the module has no
+/// such global, [`GlobalRead::Size`] where its size differs (nothing read),
+/// other driver errors as errors.
+///
+/// # Safety
+/// `module` was loaded on `device`, and no kernel writes the global
+/// meanwhile (the caller synchronised).
+pub unsafe fn read_global(
+    device: &dyn Device,
+    module: &dyn Module,
+    name: &str,
+    out: &mut [u64],
+) -> Result<GlobalRead, HostError> {
+    let global = match module.global(name) {
+        Ok(global) => global,
+        Err(HostError::MissingSymbol { .. }) => return Ok(GlobalRead::Missing),
+        Err(e) => return Err(e),
+    };
+    if global.size != 8 * out.len() {
+        return Ok(GlobalRead::Size(global.size));
+    }
+    // SAFETY: a global of `module`, on `device`, of exactly `out`'s size
+    // (checked above); no kernel writes it (the caller's contract).
+    unsafe { device.read(global.addr, bytemuck::cast_slice_mut(out)) }?;
+    Ok(GlobalRead::Read)
+}
+
 /// What one launch did.
 #[derive(Debug, Clone, Copy)]
 pub struct LaunchReport {
