@@ -571,11 +571,7 @@ impl DeviceHeap {
     #[inline(never)]
     fn allocate_large(&self, bytes: u64, align: u64) -> u64 {
         let mut addr = self.system_allocate(bytes, align);
-        // A block larger than the region: no slab given back makes room
-        // for it (`malloc(1 << 50)` once flushed the classes' kept slabs).
-        // It still asks, so that the host records the refusal and its
-        // advice (raise the reservation).
-        if addr == 0 && bytes <= self.region().1 && self.give_back_empties() != 0 {
+        if addr == 0 && self.give_back_empties(bytes) != 0 {
             // Memory pressure: the classes' emptied slabs went back to the
             // host, which may now have the run it lacked.
             addr = self.system_allocate(bytes, align);
@@ -609,13 +605,19 @@ impl DeviceHeap {
         self.counters.slabs_to_provider.add(1);
     }
 
-    /// Gives emptied slabs back to the host (one lane; a large block was
-    /// refused): classes keep their emptied slabs while memory lasts, and
-    /// this is where they stop keeping them. At most `GIVE_BACK` slabs, as
-    /// `trim` would: the granule table forgets each, its slot is emptied.
-    /// Returns how many went back.
+    /// Gives emptied slabs back to the host (one lane; a large block of
+    /// `bytes` was refused): classes keep their emptied slabs while memory
+    /// lasts, and this is where they stop keeping them. At most `GIVE_BACK`
+    /// slabs, as `trim` would: the granule table forgets each, its slot is
+    /// emptied. Returns how many went back: none for a block larger than
+    /// the region, for which no slab given back makes room
+    /// (`malloc(1 << 50)` once flushed the classes' kept slabs; it still
+    /// asked the host, which records the refusal and its advice).
     #[cold]
-    fn give_back_empties(&self) -> u32 {
+    fn give_back_empties(&self, bytes: u64) -> u32 {
+        if bytes > self.region().1 {
+            return 0;
+        }
         let mut given = 0;
         while given < GIVE_BACK {
             let Some((_, slab, _)) = self.take_empty_slab(true) else {
