@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `malloc(0)`, a size too large to round, `aligned_alloc` with a non-power-of-two alignment | null |
 //! | no memory | null (counted in the heap's error record) |
+//! | a block larger than the heap's region | null (counted; the host's refusal names the reservation to raise, and no kept slab is given back for it) |
 //! | no heap bound (the module not linked, or its heap dropped) | null on a GPU (`Vec`/`Box` trap); in the simulator the launch fails naming `heap.link(&module)` (`malloc`), or the program ends after saying so (`Vec`/`Box`) |
 //! | `free(null)` | nothing |
 //! | `free` of a block already free, or of a pointer into a freed slab or block | nothing; counted as a double free |
