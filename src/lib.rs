@@ -51,6 +51,25 @@ pub mod ptx {
         }
     }
 
+    /// A module of `ptx`'s header and its heap link's two globals alone
+    /// (`WARPALLOC_HEAP`, `WARPALLOC_HEAP_LAYOUT`): what `Heap::link`
+    /// reads and writes, and nothing a driver takes long to load
+    /// (`warpalloc info --link-check`).
+    pub fn link_only(ptx: &str) -> String {
+        let mut text: String = ptx
+            .lines()
+            .filter(|l| {
+                [".version", ".target", ".address_size"]
+                    .iter()
+                    .any(|h| l.starts_with(h))
+                    || (l.starts_with(".visible .global") && l.contains("WARPALLOC_HEAP"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        text.push('\n');
+        text
+    }
+
     /// [`KERNELS_TESTS`] with every function body emptied: the same globals
     /// and entry points, quick to parse where parsing is slow (the emulated
     /// device under Miri).

@@ -257,7 +257,13 @@ enum Command {
         schedule: ScheduleArgs,
     },
     /// Describe the GPU (if any), its VMM support, and the embedded PTX.
-    Info,
+    Info {
+        /// On a GPU, also link a heap to a module loaded through cudarc in
+        /// the heap's context (accepted) and to one loaded in another
+        /// context of the same GPU (refused: `WrongDevice`).
+        #[arg(long)]
+        link_check: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -385,7 +391,7 @@ fn main() -> ExitCode {
             threads,
             schedule,
         } => cli::demo::demo(prefer, blocks, threads, schedule.schedule()),
-        Command::Info => info(),
+        Command::Info { link_check } => info(link_check),
     };
     match result {
         Ok(code) => code,
@@ -396,7 +402,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn info() -> Result<ExitCode, HostError> {
+fn info(link_check: bool) -> Result<ExitCode, HostError> {
     println!(
         "embedded PTX: {} and sm_80 (loaded on compute capability 8.0 and later) \
          ({} kernels: {})",
@@ -407,6 +413,9 @@ fn info() -> Result<ExitCode, HostError> {
     println!("stress runs (stress --kernels): {}", KERNELS.join(", "));
     if !cuda::driver_present() {
         println!("GPU: none ({})", HostError::NoDriver);
+        if link_check {
+            println!("cudarc link check: not run (no GPU)");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     match Cuda::open(0) {
@@ -433,10 +442,56 @@ fn info() -> Result<ExitCode, HostError> {
                 ),
                 Err(e) => println!("  virtual memory management: {e}"),
             }
+            if link_check {
+                println!(
+                    "cudarc link check: {}",
+                    cudarc_link_check(gpu.context(), module)
+                );
+            }
         }
-        Err(e) => println!("GPU: none ({e})"),
+        Err(e) => {
+            println!("GPU: none ({e})");
+            if link_check {
+                println!("cudarc link check: not run (no GPU)");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `info --link-check`: a heap attached to `ctx` links a module of `ptx`'s
+/// heap globals (`ptx::link_only`) loaded through cudarc in `ctx`, and
+/// refuses one loaded in a second context of the same GPU (a cudarc
+/// module's context is the one the driver says owns its `WARPALLOC_HEAP`).
+/// What happened, in words: "ok: …" when both went as they should.
+fn cudarc_link_check(ctx: &std::sync::Arc<cudarc::driver::CudaContext>, ptx: &str) -> String {
+    use cudarc::driver::CudaContext;
+    use cudarc::nvrtc::Ptx;
+    let text = ptx::link_only(ptx);
+    let run = || -> Result<String, String> {
+        let heap = warpalloc::Heap::attach(ctx, warpalloc::HeapConfig::default())
+            .map_err(|e| format!("attach: {e}"))?;
+        let own = ctx
+            .load_module(Ptx::from_src(text.clone()))
+            .map_err(|e| format!("loading the module in the heap's context: {e}"))?;
+        heap.link(&own)
+            .map_err(|e| format!("a module of the heap's own context was refused: {e}"))?;
+        let other = CudaContext::new_non_primary(ctx.ordinal(), 0)
+            .map_err(|e| format!("a second context: {e}"))?;
+        let theirs = other
+            .load_module(Ptx::from_src(text.clone()))
+            .map_err(|e| format!("loading the module in a second context: {e}"))?;
+        match heap.link(&theirs) {
+            Err(HostError::WrongDevice(why)) => Ok(format!(
+                "ok: a module of the heap's context linked; one of a second context refused ({why})"
+            )),
+            Err(e) => Err(format!(
+                "a module of a second context was refused, but not as WrongDevice: {e}"
+            )),
+            Ok(()) => Err("a module of a second context was LINKED: nothing refused it".into()),
+        }
+    };
+    run().unwrap_or_else(|why| format!("FAILED: {why}"))
 }
 
 #[cfg(test)]

@@ -96,6 +96,24 @@ fn requiring_a_gpu_without_one_is_a_clear_error() {
     );
 }
 
+/// `info --link-check` links cudarc modules on a GPU (`run.sh` runs it);
+/// with no GPU it says so and succeeds, as `info` does.
+#[test]
+fn info_link_check_says_when_there_is_no_gpu() {
+    let (ok, text) = warpalloc(&["info", "--link-check"]);
+    assert!(ok, "{text}");
+    if text.contains("GPU: none") {
+        assert!(
+            text.contains("cudarc link check: not run (no GPU)"),
+            "{text}"
+        );
+    } else {
+        assert!(text.contains("cudarc link check: ok: "), "{text}");
+    }
+    let (ok, text) = warpalloc(&["info"]);
+    assert!(ok && !text.contains("link check"), "{text}");
+}
+
 #[test]
 fn info_names_the_embedded_ptx() {
     let (ok, text) = warpalloc(&["info"]);
@@ -949,7 +967,8 @@ fn the_help_explains_the_columns_the_reports_print() {
 
 /// The GPU check's report says whether the first project (a user's
 /// program through cudarc, run by `run.sh` on the GPU) passed: its exit
-/// status and its last lines, and nothing when it did not run.
+/// status and its last lines, and nothing when it did not run; and what
+/// `info --link-check` found.
 #[test]
 fn the_device_report_says_whether_the_first_project_ran_on_the_gpu() {
     let out = report_dir("first-project");
@@ -964,7 +983,18 @@ fn the_device_report_says_whether_the_first_project_ran_on_the_gpu() {
         .unwrap();
         device_report(&out)
     };
+    std::fs::write(
+        out.join("info.txt"),
+        "GPU: NVIDIA H200\ncudarc link check: ok: a module of the heap's context linked\n",
+    )
+    .unwrap();
     let md = lines("first project: every check passed", 0);
+    assert!(
+        md.contains(
+            "cudarc link check (`info --link-check`): ok: a module of the heap's context linked"
+        ),
+        "{md}"
+    );
     assert!(
         md.contains("## first project (a user's program through cudarc): OK"),
         "{md}"

@@ -669,3 +669,41 @@ fn the_c_abi_exports_build_and_a_kernel_calling_them_assembles() {
         assert!(report.warnings.is_empty(), "{arch}: {:?}", report.warnings);
     }
 }
+
+/// `info --link-check`'s module (`ptx::link_only`): the embedded PTX's
+/// header and the heap link's two globals, nothing else, and a module
+/// ptxas (and so the driver) accepts.
+#[test]
+fn the_link_only_module_holds_the_heap_globals_and_assembles() {
+    for (name, full) in [
+        ("sm75", ptx::KERNELS_TESTS),
+        ("sm80", ptx::KERNELS_TESTS_SM80),
+    ] {
+        let text = ptx::link_only(full);
+        let found = symbols(&text);
+        let mut globals = found.globals.clone();
+        globals.sort();
+        assert_eq!(
+            globals,
+            ["WARPALLOC_HEAP", "WARPALLOC_HEAP_LAYOUT"],
+            "{text}"
+        );
+        assert!(
+            found.kernels.is_empty() && found.functions.is_empty(),
+            "{text}"
+        );
+        assert_eq!(
+            symbols(full)
+                .globals
+                .iter()
+                .filter(|g| g.starts_with("WARPALLOC_HEAP"))
+                .count(),
+            2
+        );
+        let file = ptx_file(&format!("link_only_{name}"), &text);
+        let ptxas = Ptxas::find().unwrap_or_else(|e| panic!("{e}"));
+        ptxas.assemble(&file, Arch::Sm90).unwrap_or_else(|e| {
+            panic!("ptxas rejected the link-only module ({name}): {e}\n{text}")
+        });
+    }
+}

@@ -438,6 +438,12 @@ def main(out):
 
     md = ["# GPU check", "", "```", (report["gpu"] or "").strip(), "```", "",
           f"Mapping memory while a kernel spins on the mailbox: {deadlock}.", ""]
+    link = next((l.split(": ", 1)[1] for l in (report["info"] or "").splitlines()
+                 if l.startswith("cudarc link check: ")), None)
+    if link is not None:
+        report["cudarc_link_check"] = link
+        md.append(f"cudarc link check (`info --link-check`): {link}")
+        md.append("")
     fp = report["first_project"]
     if fp is not None:
         verdict = "OK" if fp["exit"] == 0 else "FAILED" if fp["exit"] is not None else "no exit status"

@@ -67,8 +67,10 @@ step "GPU"
 limited 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv > "$OUT/gpu.csv" 2>&1
 cat "$OUT/gpu.csv" >&2
 
+# With --link-check: a heap links a module loaded through cudarc in its own
+# context and refuses one loaded in a second context (`WrongDevice`).
 step "warpalloc info"
-limited 20 ./warpalloc --gpu info > "$OUT/info.txt" 2>&1
+limited 20 ./warpalloc --gpu info --link-check > "$OUT/info.txt" 2>&1
 cat "$OUT/info.txt" >&2
 
 # The first project (examples/first-project built with `--features gpu`):
