@@ -491,7 +491,19 @@ fn cudarc_link_check(ctx: &std::sync::Arc<cudarc::driver::CudaContext>, ptx: &st
             Ok(()) => Err("a module of a second context was LINKED: nothing refused it".into()),
         }
     };
-    run().unwrap_or_else(|why| format!("FAILED: {why}"))
+    // cudarc panics where the driver lacks a symbol (`cuCtxCreate_v4`
+    // before CUDA 12.5): a line that says so, not an `info` cut short.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(done) => done.unwrap_or_else(|why| format!("FAILED: {why}")),
+        Err(payload) => format!(
+            "FAILED: panicked: {}",
+            payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("")
+        ),
+    }
 }
 
 #[cfg(test)]

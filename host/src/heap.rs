@@ -742,8 +742,10 @@ impl SlabMemory for DeviceMemory<'_> {
 fn check_layout(device: &dyn Device, module: &dyn Module) -> Result<Global, HostError> {
     let global = module.global(HEAP_SYMBOL)?;
     let mut words = [0u64; LAYOUT_WORDS];
-    // SAFETY: the module is on `device` (its `as_module` checked), and no
-    // kernel runs (the caller synchronised).
+    // SAFETY: the module is on `device` as far as its `as_module` could
+    // tell (another device's is refused there; a cudarc module of another
+    // context where the driver says so), and no kernel runs (the caller
+    // synchronised).
     match unsafe { read_global(device, module, LAYOUT_SYMBOL, &mut words) }? {
         GlobalRead::Read => {}
         GlobalRead::Size(size) => {

@@ -446,15 +446,22 @@ def main(out):
         md.append("")
     fp = report["first_project"]
     if fp is not None:
-        verdict = "OK" if fp["exit"] == 0 else "FAILED" if fp["exit"] is not None else "no exit status"
-        status = "no exit status" if fp["exit"] is None else exit_text(fp["exit"])
+        code = fp["exit"]
+        verdict = ("OK" if code == 0 else "no exit status" if code is None
+                   else "not run" if code == SKIPPED else "FAILED")
         md.append(f"## first project (a user's program through cudarc): {verdict}")
         md.append("")
-        md.append(f"{status}; its last lines:")
-        md.append("")
-        md.append("```")
-        md += fp["tail"]
-        md.append("```")
+        if code is not None and code != 0:
+            md.append(f"{exit_text(code)}.")
+            md.append("")
+        if fp["tail"]:
+            md.append("Its last lines:")
+            md.append("")
+            md.append("```")
+            md += fp["tail"]
+            md.append("```")
+        else:
+            md.append("It printed nothing.")
         md.append("")
     for name in ("stress_rpc", "stress_pool"):
         s = report[name] or {}

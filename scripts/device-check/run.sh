@@ -32,7 +32,8 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 # An earlier run's candidate and sanitizer outputs in a reused $OUT would
 # read as this run's.
-rm -f "$OUT"/candidate-* "$OUT"/events-* "$OUT"/synccheck-stress.* "$OUT"/memcheck-stress-pool.*
+rm -f "$OUT"/candidate-* "$OUT"/events-* "$OUT"/synccheck-stress.* "$OUT"/memcheck-stress-pool.* \
+  "$OUT"/first-project.txt
 step() { echo "== $*" >&2; }
 
 SECONDS=0

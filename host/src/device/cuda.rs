@@ -399,16 +399,26 @@ impl AsModule for Arc<cudarc::driver::CudaModule> {
         // but the driver says which owns its heap link: a module of
         // another context (another device's, say) is refused here, before
         // the heap writes its own memory's address where that module's
-        // kernels would read it. Where the driver does not say (no such
-        // global, or the attribute refused), the link goes on and finds
-        // the global itself (`check_layout`).
-        if let Ok(global) = linked.global(warpalloc_device::abi::HEAP_SYMBOL)
-            && let Some(owner) = owning_context(global.addr)
-            && owner != cuda.ctx.cu_ctx()
-        {
-            return Err(HostError::WrongDevice(
-                "a cudarc module links only to a heap attached to the context that loaded it",
-            ));
+        // kernels would read it; so is one the driver will not look up
+        // from the heap's context (`CUDA_ERROR_INVALID_CONTEXT`). Where the
+        // driver does not say (no such global, or the attribute refused),
+        // the link goes on and finds the global itself (`check_layout`).
+        const OTHER: &str =
+            "a cudarc module links only to a heap attached to the context that loaded it";
+        match linked.global(warpalloc_device::abi::HEAP_SYMBOL) {
+            Ok(global)
+                if owning_context(global.addr).is_some_and(|owner| owner != cuda.ctx.cu_ctx()) =>
+            {
+                return Err(HostError::WrongDevice(OTHER));
+            }
+            // The driver would not look the module up from the heap's
+            // context: not a module of it.
+            Err(HostError::Driver { source, .. })
+                if source.0 == sys::cudaError_enum::CUDA_ERROR_INVALID_CONTEXT =>
+            {
+                return Err(HostError::WrongDevice(OTHER));
+            }
+            _ => {}
         }
         Ok(Arc::new(linked))
     }
