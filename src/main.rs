@@ -260,7 +260,8 @@ enum Command {
     Info {
         /// On a GPU, also link a heap to a module loaded through cudarc in
         /// the heap's context (accepted) and to one loaded in another
-        /// context of the same GPU (refused: `WrongDevice`).
+        /// context of the same GPU (refused: `WrongDevice`); exits non-zero
+        /// when either goes otherwise.
         #[arg(long)]
         link_check: bool,
     },
@@ -443,10 +444,11 @@ fn info(link_check: bool) -> Result<ExitCode, HostError> {
                 Err(e) => println!("  virtual memory management: {e}"),
             }
             if link_check {
-                println!(
-                    "cudarc link check: {}",
-                    cudarc_link_check(gpu.context(), module)
-                );
+                let found = cudarc_link_check(gpu.context(), module);
+                println!("cudarc link check: {found}");
+                if found.starts_with("FAILED") {
+                    return Ok(ExitCode::FAILURE);
+                }
             }
         }
         Err(e) => {

@@ -72,6 +72,7 @@ cat "$OUT/gpu.csv" >&2
 # context and refuses one loaded in a second context (`WrongDevice`).
 step "warpalloc info"
 limited 20 ./warpalloc --gpu info --link-check > "$OUT/info.txt" 2>&1
+echo "exit $?" >> "$OUT/info.txt"
 cat "$OUT/info.txt" >&2
 
 # The first project (examples/first-project built with `--features gpu`):
