@@ -147,7 +147,8 @@
 //! or, once the provider refuses, a claim of another
 //! class takes it over (`Guard::reclaim`: a CAS of the live zero count to
 //! dead), empties the slot and uses the slab for its own; or `trim`, or a
-//! refused large block (`give_back_empties`), gives it back to the host. A
+//! refused large block that the region could hold (`give_back_empties`),
+//! gives it back to the host. A
 //! free never disposes of a slab: the work (and the registers) of taking
 //! one over is on the claim's path, which allocates anyway.
 //!
