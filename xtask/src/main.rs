@@ -216,19 +216,31 @@ fn test(steps: &mut Steps) -> Result<()> {
 /// one is wrong. It shares the repository's target directory, so the
 /// dependencies it has in common are built once.
 fn first_project() -> Result<()> {
-    const MANIFEST: &str = "examples/first-project/Cargo.toml";
-    let in_example = |args: &[&str]| {
-        let mut cmd = cargo(args);
-        cmd.env("CARGO_TARGET_DIR", root().join("target"));
-        cmd
-    };
-    in_example(&["fmt", "--manifest-path", MANIFEST, "--all", "--check"]).status_ok()?;
+    in_example(&["fmt", "--manifest-path", FIRST_PROJECT, "--all", "--check"]).status_ok()?;
     for features in [&[][..], &["--features", "gpu"][..]] {
-        let mut cmd = in_example(&["clippy", "--manifest-path", MANIFEST, "--all-targets"]);
+        let mut cmd = in_example(&["clippy", "--manifest-path", FIRST_PROJECT, "--all-targets"]);
         cmd.args(features).args(["--", "-D", "warnings"]);
         cmd.status_ok()?;
     }
-    in_example(&["run", "--manifest-path", MANIFEST, "-p", "first-project"]).status_ok()
+    in_example(&[
+        "run",
+        "--manifest-path",
+        FIRST_PROJECT,
+        "-p",
+        "first-project",
+    ])
+    .status_ok()
+}
+
+/// The first project's manifest.
+const FIRST_PROJECT: &str = "examples/first-project/Cargo.toml";
+
+/// `cargo ARGS` for the first project (`--manifest-path FIRST_PROJECT`
+/// among ARGS), in the repository's target directory.
+fn in_example(args: &[&str]) -> Command {
+    let mut cmd = cargo(args);
+    cmd.env("CARGO_TARGET_DIR", root().join("target"));
+    cmd
 }
 
 /// The full nvcc of the pinned CUDA (compiler, NVVM, headers, runtime), for
@@ -284,17 +296,16 @@ fn device_check(steps: &mut Steps, candidate: Option<&str>) -> Result<()> {
     // program, through cudarc and `heap.link(&module)` of a cudarc module,
     // which no other step runs.
     steps.run("first-project (gpu)", || {
-        cargo(&[
+        in_example(&[
             "build",
             "--release",
             "--manifest-path",
-            "examples/first-project/Cargo.toml",
+            FIRST_PROJECT,
             "-p",
             "first-project",
             "--features",
             "gpu",
         ])
-        .env("CARGO_TARGET_DIR", root().join("target"))
         .status_ok()
     })?;
     steps.run("stage", || {
