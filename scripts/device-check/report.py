@@ -45,12 +45,10 @@ def bench_rows(out, prefix="bench-"):
     for path in sorted(out.glob(f"{prefix}*.json")):
         name = path.stem[len(prefix):]
         err = path.with_suffix(".err")
-        code = None
         try:
-            last = err.read_text().strip().splitlines()[-1]
-            code = int(last.split()[-1]) if last.startswith("exit") else None
-        except (OSError, ValueError, IndexError):
-            pass
+            code = trailing_exit(err.read_text())[1]
+        except OSError:
+            code = None
         got = load(path) or {}
         case_rows = got.get("rows", []) if isinstance(got, dict) else []
         rows.extend(case_rows)
@@ -147,17 +145,25 @@ def peer_missing(p, want):
     return out
 
 
+def trailing_exit(text):
+    """run.sh's "exit N", the line it appends to a step's output when the
+    step ends: (the lines before it, N), or (every line, None) when the
+    last line is not one (the step did not end: the GPU machine's limit
+    cut it, say)."""
+    lines = text.strip().splitlines()
+    if lines and re.fullmatch(r"exit -?\d+", lines[-1].strip()):
+        return lines[:-1], int(lines[-1].split()[-1])
+    return lines, None
+
+
 def first_project(path):
     """The first project's run (run.sh's first-project.txt): its exit status
     (run.sh's last line, "exit N") and its last lines before it; None when it
     did not run."""
     try:
-        text = path.read_text(errors="replace").strip().splitlines()
+        text, code = trailing_exit(path.read_text(errors="replace"))
     except OSError:
         return None
-    code = None
-    if text and re.fullmatch(r"exit -?\d+", text[-1].strip()):
-        code = int(text.pop().split()[-1])
     return {"exit": code, "tail": text[-12:]}
 
 
@@ -170,10 +176,9 @@ def sanitizer_summary(path):
     except OSError:
         return None
     summary = re.findall(r"ERROR SUMMARY: (\d+) errors?", text)
-    code = re.findall(r"^exit (-?\d+)$", text, re.M)
     return {
         "errors": int(summary[-1]) if summary else None,
-        "exit": int(code[-1]) if code else None,
+        "exit": trailing_exit(text)[1],
         "out_of_bounds": text.count("Invalid __global__ write") + text.count("Invalid __global__ read"),
     }
 
@@ -420,9 +425,8 @@ def main(out):
 
     def exit_code(name):
         try:
-            last = (out / name).read_text().strip().splitlines()[-1]
-            return int(last.split()[-1]) if last.startswith("exit") else None
-        except (OSError, ValueError, IndexError):
+            return trailing_exit((out / name).read_text())[1]
+        except OSError:
             return None
 
     rpc_exit = exit_code("stress-rpc.err")
