@@ -103,11 +103,11 @@ pub unsafe fn register(
         handler,
     });
     let mut st = state();
-    st.served.push(Arc::clone(&served));
-    // ORDERING: release, pairs with the acquire load in `serve` (process
-    // scope): a thread that sees the new generation re-reads the list, which
-    // the mutex orders anyway; the bump is only the signal.
-    GENERATION.fetch_add(1, Ordering::Release);
+    // The thread first: a spawn that fails leaves the list as it was, so
+    // no thread started later sweeps ports that the failed heap frees (the
+    // entry went in first until 2026-12-07: a heap whose spawn failed left
+    // its ports in the list). A new thread reads the list under the lock we
+    // hold, so it sees the entry pushed below.
     if st.thread.is_none() {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -117,7 +117,13 @@ pub unsafe fn register(
         let thread = handle.thread().clone();
         st.thread = Some((handle, thread, stop));
         st.starts += 1;
-    } else if let Some((_, thread, _)) = &st.thread {
+    }
+    st.served.push(Arc::clone(&served));
+    // ORDERING: release, pairs with the acquire load in `serve` (process
+    // scope): a thread that sees the new generation re-reads the list, which
+    // the mutex orders anyway; the bump is only the signal.
+    GENERATION.fetch_add(1, Ordering::Release);
+    if let Some((_, thread, _)) = &st.thread {
         thread.unpark();
     }
     Ok(Registration { served })
