@@ -11,7 +11,7 @@ static GLOBAL: warpalloc_device::WarpAlloc = warpalloc_device::WarpAlloc;
 
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use cli::bench::{self, BenchArgs};
 use cli::common::{Schedule, heap_config, launcher, open_heap};
 use cli::stress::{self, KERNELS, StressArgs};
@@ -160,14 +160,14 @@ enum Command {
         #[arg(long, num_args = 1.., value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(KERNELS))]
         kernels: Vec<String>,
         /// Blocks (default: 8 per SM of the device; the emulated device has
-        /// 2).
-        #[arg(long)]
+        /// 2). Blocks × threads: at most 16 777 216.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_THREADS)))]
         blocks: Option<u32>,
-        /// Threads per block.
-        #[arg(long, default_value_t = 128)]
+        /// Threads per block (1 to 1 024, CUDA's most).
+        #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=1024))]
         threads: u32,
-        /// Allocation rounds per thread.
-        #[arg(long, default_value_t = 10)]
+        /// Allocation rounds per thread (at most 1 000 000).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
         iterations: u32,
         /// Largest small request (bytes; sizes are log-uniform from 16).
         #[arg(long, default_value_t = 4096)]
@@ -215,8 +215,8 @@ enum Command {
         sizes: Vec<u32>,
         /// Thread counts (default: a quarter of the device's resident
         /// threads, all of them, and four times as many), separated by
-        /// commas or spaces.
-        #[arg(long, num_args = 1.., value_delimiter = ',')]
+        /// commas or spaces; each 1 to 16 777 216.
+        #[arg(long, num_args = 1.., value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_THREADS)))]
         threads: Vec<u32>,
         /// malloc+free rounds per thread.
         #[arg(long, default_value_t = 4)]
@@ -267,8 +267,30 @@ enum Command {
     },
 }
 
+/// The most threads a launch of `stress` or `bench` may have: their
+/// kernels index per-thread buffers by a 32-bit thread id (`fill`: 16
+/// entries a thread), and 16 Mi threads is 62 times an H200's resident
+/// threads.
+const MAX_THREADS: u32 = 1 << 24;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Stress {
+        blocks: Some(blocks),
+        threads,
+        ..
+    } = &cli.command
+        && blocks.checked_mul(*threads).is_none_or(|n| n > MAX_THREADS)
+    {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "--blocks {blocks} × --threads {threads} is more than {MAX_THREADS} threads"
+                ),
+            )
+            .exit();
+    }
     let prefer = if cli.simulator {
         Prefer::Simulator
     } else if cli.gpu {
@@ -305,7 +327,8 @@ fn main() -> ExitCode {
                 } else {
                     kernels
                 },
-                blocks: blocks.unwrap_or(8 * sms.max(1)),
+                blocks: blocks
+                    .unwrap_or(8u32.saturating_mul(sms.max(1)).min(MAX_THREADS / threads)),
                 threads,
                 iterations,
                 max_size,

@@ -835,6 +835,37 @@ fn units_and_space_separated_lists_are_accepted() {
     );
 }
 
+/// Launch shapes the kernels cannot index are refused before anything
+/// runs, each with what was wrong: more than 16 Mi threads (blocks ×
+/// threads wrapped a `u32` to a grid of one block, whose `fill` buffers the
+/// kernel then wrote past), no threads (`size_sweep` divided by them), a
+/// block past CUDA's 1 024.
+#[test]
+fn launch_shapes_past_the_kernels_limits_are_refused() {
+    for (args, said) in [
+        (
+            &["--blocks", "4194304", "--threads", "1024"][..],
+            "more than 16777216 threads",
+        ),
+        (&["--blocks", "16385", "--threads", "1024"], "more than"),
+        (&["--kernels", "size_sweep", "--threads", "0"], "--threads"),
+        (&["--threads", "2048"], "--threads"),
+        (&["--blocks", "0"], "--blocks"),
+        (&["--iterations", "2147483648"], "--iterations"),
+    ] {
+        let mut all = vec!["--simulator", "stress"];
+        all.extend_from_slice(args);
+        let (ok, text) = warpalloc(&all);
+        assert!(!ok, "{args:?}: {text}");
+        assert!(text.contains(said), "{args:?}: {said:?} not in {text}");
+        assert!(!text.contains("panicked"), "{args:?}: {text}");
+    }
+    for threads in ["0", "16777217"] {
+        let (ok, text) = warpalloc(&["--simulator", "bench", "--threads", threads]);
+        assert!(!ok && text.contains("--threads"), "{threads}: {text}");
+    }
+}
+
 /// `bench --plot FILE.svg` draws the alloc/free rows: an SVG with a line
 /// per size, warm and cold, and the axes named; asked with no alloc/free
 /// row to draw, it says so and fails.

@@ -237,7 +237,7 @@ fn run_fill(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
                 sizes: sizes.kernel_ptr(),
                 counts: counts.kernel_ptr(),
                 per_thread,
-                seed: a.seed + round,
+                seed: a.seed.wrapping_add(round),
                 max_small: a.max_size,
             },
         )?;
@@ -295,7 +295,7 @@ fn run_lifetimes(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> 
         lifetimes::Args {
             stats: stats.kernel_ptr(),
             seed: a.seed,
-            iterations: a.iterations * 2,
+            iterations: a.iterations.saturating_mul(2),
             max_small: a.max_size,
             keep_one_in: 4,
             corrupt_one_in: a.plant_corruption,
