@@ -301,13 +301,19 @@ impl LaunchConfig {
     /// Threads per block.
     pub fn threads_per_block(&self) -> u64 {
         let (x, y, z) = self.block_dim;
-        u64::from(x) * u64::from(y) * u64::from(z)
+        // Saturating: three `u32`s can overflow a `u64` (a block that
+        // `validate` refuses).
+        u64::from(x)
+            .saturating_mul(u64::from(y))
+            .saturating_mul(u64::from(z))
     }
 
     /// Blocks in the grid.
     pub fn blocks(&self) -> u64 {
         let (x, y, z) = self.grid_dim;
-        u64::from(x) * u64::from(y) * u64::from(z)
+        u64::from(x)
+            .saturating_mul(u64::from(y))
+            .saturating_mul(u64::from(z))
     }
 
     /// Warps per block.

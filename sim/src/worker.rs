@@ -173,7 +173,7 @@ pub(crate) struct Worker<'a> {
     clock: Arc<Clock>,
     accesses: Arc<Accesses>,
     /// Linear indices of the blocks still to admit, in order.
-    queue: std::vec::IntoIter<u64>,
+    queue: std::iter::StepBy<std::ops::Range<u64>>,
     blocks: Vec<Option<Block>>,
     warps: Vec<Option<Warp>>,
     free_warps: Vec<usize>,
@@ -197,9 +197,9 @@ impl<'a> Worker<'a> {
         index: usize,
     ) -> Self {
         let workers = cfg.workers.max(1) as u64;
-        let blocks: Vec<u64> = (index as u64..cfg.blocks())
-            .step_by(workers as usize)
-            .collect();
+        // Lazy: a grid of billions of blocks (a valid CUDA grid) is not a
+        // list of them.
+        let blocks = (index as u64..cfg.blocks()).step_by(workers as usize);
         let mut seed = cfg.seed ^ (index as u64).wrapping_mul(0xA24B_AED4_963E_E407);
         Worker {
             cfg,
@@ -216,7 +216,7 @@ impl<'a> Worker<'a> {
                 by_address: shared.by_address.clone(),
                 ..Accesses::default()
             }),
-            queue: blocks.into_iter(),
+            queue: blocks,
             blocks: Vec::new(),
             warps: Vec::new(),
             free_warps: Vec::new(),

@@ -295,12 +295,28 @@ fn the_wall_clock_watchdog_stops_parallel_workers() {
     assert!(text.contains("128 lane(s) runnable"), "{text}");
 }
 
+/// CUDA's largest grid (2^31 − 1 × 65 535 × 65 535 blocks, about 2^63)
+/// is a valid launch: its blocks are admitted as they go, not listed first
+/// (a list of them was a capacity-overflow panic), and the watchdog stops
+/// it.
+#[test]
+#[cfg_attr(miri, ignore = "a wall-clock watchdog: runs natively")]
+fn the_largest_grid_starts_and_the_watchdog_stops_it() {
+    let cfg = LaunchConfig::new((i32::MAX as u32, 65_535, 65_535), (32, 1, 1))
+        .watchdog(Duration::from_millis(300));
+    let err = launch(&cfg, || switch_point()).unwrap_err();
+    assert!(matches!(err.kind, SimErrorKind::Watchdog { .. }), "{err}");
+}
+
 #[test]
 fn invalid_shapes_are_refused() {
     for (grid, block) in [
         ((0, 1, 1), (32, 1, 1)),
         ((1, 1, 1), (2048, 1, 1)),
         ((1, 70_000, 1), (32, 1, 1)),
+        // Threads a block past a `u64`: refused, not an overflow.
+        ((1, 1, 1), (u32::MAX, u32::MAX, 2)),
+        ((u32::MAX, u32::MAX, u32::MAX), (32, 1, 1)),
     ] {
         let err = launch(&LaunchConfig::new(grid, block), || {}).unwrap_err();
         assert!(
