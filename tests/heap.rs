@@ -565,6 +565,35 @@ fn hold_then_free(heap: &mut Heap, size: u32, threads: u32) -> usize {
     nulls
 }
 
+/// A profile is the user's to keep and read back (`serde`): one with any
+/// counts sums to its most, not past it (an overflow panicked in a debug
+/// build and wrapped to a small pool in release).
+#[test]
+fn a_profile_with_any_counts_sums_to_its_most() {
+    use warpalloc::{ClassPeak, HeapProfile};
+    let profile = HeapProfile {
+        classes: vec![
+            ClassPeak {
+                block: 64,
+                slabs: u32::MAX,
+            },
+            ClassPeak {
+                block: 8192,
+                slabs: 2,
+            },
+        ],
+        peak_large_bytes: u64::MAX,
+        takeovers: 0,
+    };
+    assert_eq!(profile.slabs(), u32::MAX);
+    assert_eq!(profile.bytes(), u64::MAX);
+    // Its pool: as many slabs as a pool can name.
+    assert_eq!(
+        HeapConfig::pool_from(&profile).mode,
+        warpalloc::Mode::Pool { slabs: u32::MAX }
+    );
+}
+
 /// A run in RPC mode profiles what it needed (slabs per class, large
 /// bytes; serialisable), and a pool sized from that profile serves the same
 /// run with no RPC for a slab and no null. The README's "Sizing a pool from
@@ -772,6 +801,24 @@ fn the_first_out_of_memory_snapshot_names_the_class_and_the_fix() {
         .find(|s| s.moment == Moment::Peak)
         .expect("a peak snapshot");
     assert_eq!(peak.peak_mapped_bytes, 4 * GRANULE);
+
+    // A snapshot's fields are the user's: one edited to name a block that
+    // is no class's and a pool at the counts' end is read, not a panic.
+    let mut edited = oom.clone();
+    edited.classes[0].block = 8193;
+    edited.refusal = None;
+    edited.pool = Some(u32::MAX);
+    assert!(edited.shortfall().is_empty(), "{:?}", edited.shortfall());
+    let mut dry = oom.clone();
+    dry.refusal = None;
+    dry.pool = Some(u32::MAX);
+    dry.classes[0].nulls = u32::MAX;
+    let advice = dry.advice().expect("advice");
+    assert!(
+        advice.contains(&format!("raise it to {} slabs", u32::MAX)),
+        "{advice}"
+    );
+    let _ = (edited.to_string(), dry.to_string());
 
     // A phase of its own runs out again: its snapshot is what `stats()`
     // says at that moment, figure for figure.

@@ -350,6 +350,12 @@ impl HeapStats {
 
 /// The classes whose mallocs got null (`nulls`, by class index), with the
 /// slabs they lacked, largest shortfall first.
+/// The class whose blocks are `block` bytes, if one is (`class_index` takes
+/// a class's block size only: any other is no class's).
+pub(crate) fn class_of_block(block: u32) -> Option<usize> {
+    (0..CLASS_COUNT).find(|&c| geometry(c).block == block)
+}
+
 pub(crate) fn shortfall(nulls: &[u32; CLASS_COUNT]) -> Vec<Shortfall> {
     let mut short: Vec<Shortfall> = nulls
         .iter()
@@ -502,15 +508,17 @@ impl std::fmt::Display for HeapStats {
         let short = self.pool_shortfall();
         if let (Some(pool), false) = (self.pool, short.is_empty()) {
             let classes: Vec<String> = short.iter().map(Shortfall::to_string).collect();
-            let more: u32 = short.iter().map(|s| s.slabs).sum();
+            let more = short
+                .iter()
+                .fold(0u32, |sum, s| sum.saturating_add(s.slabs));
             write!(
                 f,
                 "\npool exhausted: {}; raise the pool to {} slabs (`Mode::Pool {{ slabs: {} }}`, or \
                  `HeapConfig::pool_from(&heap.profile()?)` after a run in RPC mode), let it ask \
                  the host once dry (`HeapConfig::pool_fallback`), or use `Mode::Rpc`",
                 classes.join(", "),
-                pool + more,
-                pool + more
+                pool.saturating_add(more),
+                pool.saturating_add(more)
             )?;
         }
         Ok(())
@@ -703,8 +711,12 @@ fn spill_counts(copy: &DeviceHeap, region: &Region<Box<dyn Backing>>) -> SpillCo
     let mut large = Vec::new();
     copy.for_each_large(|addr, bytes| large.push((addr, addr + bytes)));
     for addr in region.spilled_in_use() {
+        // A class from the device's slot tag: a stray kernel write may have
+        // made it any number, which counts nowhere.
         if let Some(class) = copy.slab_class_at(addr) {
-            counts.slabs[class] += 1;
+            if let Some(slabs) = counts.slabs.get_mut(class) {
+                *slabs += 1;
+            }
         } else if large
             .iter()
             .any(|&(start, end)| (start..end).contains(&addr))
@@ -1254,9 +1266,7 @@ impl Heap {
         let mut fresh = Vec::new();
         let written = (|| -> Result<(), HostError> {
             'classes: for peak in &profile.classes {
-                // (`class_index` takes a class's block size only.)
-                let Some(class) = (0..CLASS_COUNT).find(|&c| geometry(c).block == peak.block)
-                else {
+                let Some(class) = class_of_block(peak.block) else {
                     continue;
                 };
                 // A class the profile names twice counts what it got.

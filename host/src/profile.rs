@@ -64,14 +64,18 @@ impl HeapProfile {
     }
 
     /// Slabs a pool needs to hold every class at its peak at once.
+    /// Saturating: a profile read back from a file (the `serde` feature)
+    /// may hold any counts.
     pub fn slabs(&self) -> u32 {
-        self.classes.iter().map(|c| c.slabs).sum()
+        self.classes
+            .iter()
+            .fold(0u32, |sum, c| sum.saturating_add(c.slabs))
     }
 
     /// Bytes the heap maps at most for this profile: the pool's slabs and
     /// the large blocks' peak.
     pub fn bytes(&self) -> u64 {
-        u64::from(self.slabs()) * SLAB_SIZE + self.peak_large_bytes
+        (u64::from(self.slabs()) * SLAB_SIZE).saturating_add(self.peak_large_bytes)
     }
 }
 

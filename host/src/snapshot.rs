@@ -29,7 +29,7 @@
 //! empty slab over.
 
 use warpalloc_device::heap::ClassCensus;
-use warpalloc_device::size_class::{CLASS_COUNT, SLAB_SIZE, class_index, geometry};
+use warpalloc_device::size_class::{CLASS_COUNT, SLAB_SIZE, geometry};
 
 use crate::backing::{Refusal, RegionStats};
 use crate::heap::{Shortfall, bytes};
@@ -256,8 +256,12 @@ impl Snapshot {
     /// (largest first), as [`HeapStats::pool_shortfall`](crate::HeapStats::pool_shortfall).
     pub fn shortfall(&self) -> Vec<Shortfall> {
         let mut nulls = [0; CLASS_COUNT];
+        // A snapshot's fields are public: a block that is no class's (a
+        // snapshot made by hand, say) counts nowhere.
         for k in &self.classes {
-            nulls[class_index(k.block)] = k.nulls;
+            if let Some(class) = crate::heap::class_of_block(k.block) {
+                nulls[class] = k.nulls;
+            }
         }
         crate::heap::shortfall(&nulls)
     }
@@ -279,11 +283,14 @@ impl Snapshot {
             ));
         }
         if let (Some(pool), false) = (self.pool, self.pool_fallback) {
-            let more: u32 = self.shortfall().iter().map(|s| s.slabs).sum();
+            let more = self
+                .shortfall()
+                .iter()
+                .fold(0u32, |sum, s| sum.saturating_add(s.slabs));
             return Some(format!(
                 "the pool ({pool} slabs) ran dry; raise it to {} slabs, turn on \
                  `HeapConfig::pool_fallback` or use `Mode::Rpc`",
-                pool + more
+                pool.saturating_add(more)
             ));
         }
         Some(

@@ -210,7 +210,7 @@ impl<B: Backing> Region<B> {
     pub fn new(mut backing: B, config: RegionConfig) -> Result<Region<B>, BackingError> {
         let reserve = config
             .reserve
-            .unwrap_or_else(|| 2 * backing.device_memory())
+            .unwrap_or_else(|| backing.device_memory().saturating_mul(2))
             .min(warpalloc_device::heap::MAX_REGION);
         let granules = (reserve / GRANULE).max(1);
         let base = backing.reserve(granules * GRANULE)?;
