@@ -6,7 +6,12 @@
 //! * `rpc/throughput`: two client threads calling at once;
 //! * `first_touch/{rpc,pool}`: a fresh heap's first launch in the simulator,
 //!   where every thread's first allocation needs a new slab — mapped on demand
-//!   over RPC, or popped from the pre-mapped pool.
+//!   over RPC, or popped from the pre-mapped pool;
+//! * `region/large_run`: the RPC server's search for where a large block
+//!   goes (1 GiB, 8 GiB) in a fresh 282 GiB region — an H200's default
+//!   reservation, twice its memory — before any mapping: a limit of one
+//!   granule refuses the block once it is placed, so every iteration
+//!   searches the same fresh region.
 //!
 //! `cargo bench -p warpalloc-tool --bench heap`
 
@@ -17,6 +22,7 @@ use warpalloc::{Heap, HeapConfig, Mode};
 use warpalloc_device::rpc::Client;
 use warpalloc_device::rpc::wire::{LANE_WORDS, Reply, Request};
 use warpalloc_device::sync::AtomicU32;
+use warpalloc_host::backing::{GRANULE, HostEmulated, Refusal, Region, RegionConfig};
 use warpalloc_host::{Launcher, Prefer};
 use warpalloc_kernels_tests::stress::{STATS_WORDS, fill};
 
@@ -126,5 +132,29 @@ fn first_touch(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, rpc, first_touch);
+fn region(c: &mut Criterion) {
+    let backing = HostEmulated::new(141 << 30).expect("emulated device");
+    let mut region = Region::new(
+        backing,
+        RegionConfig {
+            reserve: Some(282 << 30),
+            limit: Some(GRANULE),
+            ..RegionConfig::default()
+        },
+    )
+    .expect("region");
+    let mut group = c.benchmark_group("region");
+    group.sample_size(10);
+    for gib in [1u64, 8] {
+        group.bench_function(BenchmarkId::new("large_run", format!("{gib} GiB")), |b| {
+            b.iter(|| {
+                let refused = region.allocate(gib << 30, GRANULE);
+                assert_eq!(refused, Err(Refusal::Limit), "placed, then refused");
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, rpc, first_touch, region);
 criterion_main!(benches);
