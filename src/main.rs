@@ -215,8 +215,9 @@ enum Command {
         sizes: Vec<u32>,
         /// Thread counts (default: a quarter of the device's resident
         /// threads, all of them, and four times as many), separated by
-        /// commas or spaces; each 1 to 16 777 216.
-        #[arg(long, num_args = 1.., value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_THREADS)))]
+        /// commas or spaces; each at most 16 777 216 (0: a launch the
+        /// simulator or the driver refuses, that case's row FAILED).
+        #[arg(long, num_args = 1.., value_delimiter = ',', value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_THREADS)))]
         threads: Vec<u32>,
         /// malloc+free rounds per thread.
         #[arg(long, default_value_t = 4)]
