@@ -81,6 +81,29 @@ fn freed_granules_are_reused_without_driver_calls() {
     );
 }
 
+/// A heap that grows a slab at a time maps the lowest unmapped granule
+/// each time, and one that a trim unmapped is the lowest again: the
+/// region's search for a lone granule starts past the granules it mapped
+/// (not at the region's start, passing every one of them), and a trim
+/// moves that start back down.
+#[test]
+fn a_trimmed_granule_is_the_first_mapped_again() {
+    let mut r = region(8, 8, None, 0);
+    let addrs: Vec<u64> = (0..4)
+        .map(|_| r.allocate(GRANULE, GRANULE).unwrap())
+        .collect();
+    for pair in addrs.windows(2) {
+        assert_eq!(pair[1], pair[0] + GRANULE, "{addrs:x?}");
+    }
+    for &a in &addrs[..2] {
+        r.free(a, GRANULE).unwrap();
+    }
+    assert_eq!(r.trim().unwrap(), 2 * GRANULE);
+    assert_eq!(r.allocate(GRANULE, GRANULE), Ok(addrs[0]));
+    assert_eq!(r.allocate(GRANULE, GRANULE), Ok(addrs[1]));
+    assert_eq!(r.allocate(GRANULE, GRANULE), Ok(addrs[3] + GRANULE));
+}
+
 #[test]
 fn large_runs_are_contiguous_and_aligned() {
     let mut r = region(64, 128, None, 0);

@@ -196,6 +196,11 @@ pub struct Region<B: Backing> {
     aliases: HashMap<usize, Vec<usize>>,
     /// Granules whose physical memory is host memory (spilled).
     spilled: BTreeSet<usize>,
+    /// No granule below is `Unmapped`: where a lone granule's search for
+    /// one starts (moved up past the granules mapped since, down by a
+    /// `trim`), so that a heap that grows a slab at a time does not pass
+    /// every granule it holds on each slab's request.
+    unmapped_from: usize,
     limit: u64,
     headroom: u64,
     spill: bool,
@@ -223,6 +228,7 @@ impl<B: Backing> Region<B> {
             owner_of: HashMap::new(),
             aliases: HashMap::new(),
             spilled: BTreeSet::new(),
+            unmapped_from: 0,
             limit: config.limit.unwrap_or(u64::MAX),
             headroom: config.headroom,
             spill: config.spill,
@@ -349,49 +355,61 @@ impl<B: Backing> Region<B> {
             return Some(at);
         }
         if n == 1 && step == 1 {
-            return self.states.iter().position(|&s| s == State::Unmapped);
+            return self.states[self.unmapped_from..]
+                .iter()
+                .position(|&s| s == State::Unmapped)
+                .map(|k| self.unmapped_from + k);
         }
-        // Each aligned start, its run's granules counted from running
-        // totals: O(1) a start, whatever `n` (counting each run's granules
-        // one by one took 0.16 s for a 1 GiB block in a fresh 282 GiB
-        // region, an H200's default, and 1.1 s for 8 GiB: the RPC server,
-        // which every kernel's requests wait on, did nothing else
-        // meanwhile). A run with a `Retired` granule asks `last_taken`,
-        // whose answer depends on the run.
-        let totals = |of: State| {
-            let mut sums = Vec::with_capacity(self.states.len() + 1);
-            sums.push(0u32);
-            let mut sum = 0u32;
-            for &state in &self.states {
-                sum += u32::from(state == of);
-                sums.push(sum);
-            }
-            sums
-        };
-        let (used, unmapped, retired) = (
-            totals(State::Used),
-            totals(State::Unmapped),
-            totals(State::Retired),
-        );
-        let within = |sums: &[u32], start: usize| (sums[start + n] - sums[start]) as usize;
+        // Each aligned start's run, its granules counted in a window that
+        // slides along the region: O(granules) a search, whatever `n`
+        // (counting each run's granules one by one took 63 ms for a 1 GiB
+        // block in a fresh 282 GiB region, an H200's default, and 669 ms
+        // for 8 GiB: the RPC server, which every kernel's requests wait
+        // on, did nothing else meanwhile; BENCHMARKS.md). A run with a
+        // `Used` granule is passed; one with a `Retired` granule asks
+        // `last_taken`, whose answer depends on the run, and skips past the
+        // granule it names.
+        let len = self.states.len();
+        if first + n > len {
+            return None;
+        }
+        let at = |state: State| state as usize;
+        let mut window = [0usize; 4];
+        for &state in &self.states[first..first + n] {
+            window[at(state)] += 1;
+        }
         let mut best: Option<(usize, usize)> = None;
         let mut start = first;
-        while start + n <= self.states.len() {
-            let free_of_taken = if within(&retired, start) == 0 {
-                within(&used, start) == 0
-            } else {
-                self.last_taken(start, n).is_none()
-            };
-            if free_of_taken {
-                let to_map = within(&unmapped, start);
-                if best.is_none_or(|(_, cost)| to_map < cost) {
+        loop {
+            let mut next = start + step;
+            if window[at(State::Used)] == 0 {
+                let clear = window[at(State::Retired)] == 0
+                    || match self.last_taken(start, n) {
+                        None => true,
+                        Some(taken) => {
+                            // Past the taken granule, to the next aligned
+                            // start.
+                            next = Self::aligned_from(first, step, start + taken + 1);
+                            false
+                        }
+                    };
+                let to_map = window[at(State::Unmapped)];
+                if clear && best.is_none_or(|(_, cost)| to_map < cost) {
                     best = Some((start, to_map));
                     if to_map == 0 {
                         break;
                     }
                 }
             }
-            start += step;
+            if next + n > len {
+                break;
+            }
+            // `start + n < next + n ≤ len`.
+            while start < next {
+                window[at(self.states[start])] -= 1;
+                window[at(self.states[start + n])] += 1;
+                start += 1;
+            }
         }
         best.map(|(start, _)| start)
     }
@@ -556,9 +574,9 @@ impl<B: Backing> Region<B> {
             // outside ours (runs are placed from the bottom).
             let Some(&from) = self
                 .free_granules
-                .iter()
-                .rev()
-                .find(|&&g| g < start || g >= start + n)
+                .range(start + n..)
+                .next_back()
+                .or_else(|| self.free_granules.range(..start).next_back())
             else {
                 return Err(self.refuse(Refusal::Driver));
             };
@@ -621,6 +639,14 @@ impl<B: Backing> Region<B> {
         self.stats.peak_in_use_bytes = self.stats.peak_in_use_bytes.max(self.stats.in_use_bytes);
         self.stats.live_runs += 1;
         self.stats.allocations += 1;
+        // Past the granules mapped now: each is passed once until a trim.
+        while self
+            .states
+            .get(self.unmapped_from)
+            .is_some_and(|&s| s != State::Unmapped)
+        {
+            self.unmapped_from += 1;
+        }
         Ok(self.addr(start))
     }
 
@@ -669,6 +695,7 @@ impl<B: Backing> Region<B> {
         for i in retired {
             self.backing.unmap(self.addr(i))?;
             self.states[i] = State::Unmapped;
+            self.unmapped_from = self.unmapped_from.min(i);
             if let Some(owner) = self.owner_of.remove(&i)
                 && let Some(group) = self.aliases.get_mut(&owner)
             {
@@ -689,6 +716,7 @@ impl<B: Backing> Region<B> {
         for i in spilled.into_iter().chain(device) {
             self.backing.unmap(self.addr(i))?;
             self.states[i] = State::Unmapped;
+            self.unmapped_from = self.unmapped_from.min(i);
             self.free_granules.remove(&i);
             if self.spilled.remove(&i) {
                 self.stats.spilled_bytes -= GRANULE;
