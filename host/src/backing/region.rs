@@ -181,6 +181,57 @@ enum State {
     Retired,
 }
 
+/// What a granule is to a run that would hold it (`Region::kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// To be mapped.
+    Unmapped,
+    /// Mapped and free: taken as it is.
+    Free,
+    /// `Used`, or `Retired` whose physical memory serves another address
+    /// in use: no run may hold it.
+    Taken,
+    /// `Retired` whose physical memory is free: adopted, unless its owner
+    /// or another of its aliases is in the run too (`last_taken`).
+    Adoptable,
+}
+
+/// The granules of one run (`start..start + len`) by kind, moved along the
+/// region by `move_to`.
+#[derive(Default)]
+struct Window {
+    start: usize,
+    len: usize,
+    count: [usize; 4],
+}
+
+impl Window {
+    /// The window at `start..start + n` (`start + n` within the region):
+    /// slid there granule by granule when that is shorter than counting
+    /// it afresh.
+    fn move_to<B: Backing>(&mut self, region: &Region<B>, start: usize, n: usize) {
+        if self.len != n || start < self.start || start - self.start >= n {
+            self.count = [0; 4];
+            for g in start..start + n {
+                self.count[region.kind(g) as usize] += 1;
+            }
+            (self.start, self.len) = (start, n);
+            return;
+        }
+        while self.start < start {
+            self.count[region.kind(self.start) as usize] -= 1;
+            self.count[region.kind(self.start + n) as usize] += 1;
+            self.start += 1;
+        }
+    }
+}
+
+/// The largest region whose every run search debug builds check against
+/// counting each start's run (`Region::cheapest_run_by_every_start`): the
+/// tests' regions, not a GPU's.
+#[cfg(debug_assertions)]
+const CHECKED_GRANULES: usize = 4096;
+
 /// A reserved range of address space handed out in runs of granules.
 pub struct Region<B: Backing> {
     backing: B,
@@ -360,56 +411,123 @@ impl<B: Backing> Region<B> {
                 .position(|&s| s == State::Unmapped)
                 .map(|k| self.unmapped_from + k);
         }
-        // Each aligned start's run, its granules counted in a window that
-        // slides along the region: O(granules) a search, whatever `n`
-        // (counting each run's granules one by one took 63 ms for a 1 GiB
-        // block in a fresh 282 GiB region, an H200's default, and 669 ms
-        // for 8 GiB: the RPC server, which every kernel's requests wait
-        // on, did nothing else meanwhile; BENCHMARKS.md). A run with a
-        // `Used` granule is passed; one with a `Retired` granule asks
-        // `last_taken`, whose answer depends on the run, and skips past the
-        // granule it names.
+        let found = self.cheapest_run(n, first, step);
+        #[cfg(debug_assertions)]
+        if self.states.len() <= CHECKED_GRANULES {
+            debug_assert_eq!(
+                found,
+                self.cheapest_run_by_every_start(n, first, step),
+                "a run of {n} from {first} by {step}"
+            );
+        }
+        found
+    }
+
+    /// The first aligned start (`first`, then every `step`) whose run of `n`
+    /// granules holds no granule a run cannot take (`Used`; `Retired`
+    /// where `last_taken` says so) and the fewest `Unmapped` ones; `None` if
+    /// none does.
+    ///
+    /// Only a run that takes in a mapped granule (`Free`, or `Retired`
+    /// whose memory is free) has fewer than `n` to map: those starts, the
+    /// `n` before each such granule, are counted in a window that slides
+    /// over them (O(their number + n) each, not O(n) a start). If none of
+    /// them is clear, the answer is the first run of `Unmapped` granules
+    /// alone, found by the window from `unmapped_from` up. Counting every
+    /// start's run took 63 ms for a 1 GiB block in a fresh 282 GiB region
+    /// (an H200's default) and 669 ms for 8 GiB, time in which the RPC
+    /// server answered no kernel (BENCHMARKS.md).
+    fn cheapest_run(&self, n: usize, first: usize, step: usize) -> Option<usize> {
         let len = self.states.len();
         if first + n > len {
             return None;
         }
-        let at = |state: State| state as usize;
-        let mut window = [0usize; 4];
-        for &state in &self.states[first..first + n] {
-            window[at(state)] += 1;
-        }
+        let last = len - n;
+        // The mapped granules a run may take in, in order.
+        let mut takeable: Vec<usize> = self
+            .owner_of
+            .keys()
+            .copied()
+            .filter(|&r| self.kind(r) == Kind::Adoptable)
+            .chain(self.free_granules.iter().copied())
+            .collect();
+        takeable.sort_unstable();
+        let mut window = Window::default();
         let mut best: Option<(usize, usize)> = None;
-        let mut start = first;
-        loop {
-            let mut next = start + step;
-            if window[at(State::Used)] == 0 {
-                let clear = window[at(State::Retired)] == 0
-                    || match self.last_taken(start, n) {
-                        None => true,
-                        Some(taken) => {
-                            // Past the taken granule, to the next aligned
-                            // start.
-                            next = Self::aligned_from(first, step, start + taken + 1);
-                            false
-                        }
-                    };
-                let to_map = window[at(State::Unmapped)];
-                if clear && best.is_none_or(|(_, cost)| to_map < cost) {
+        // Starts below this were counted.
+        let mut done = first;
+        for g in takeable {
+            let mut start = Self::aligned_from(first, step, g.saturating_sub(n - 1)).max(done);
+            while start <= g.min(last) {
+                window.move_to(self, start, n);
+                if let Some(to_map) = self.to_map(&window, start, n)
+                    && best.is_none_or(|(_, cost)| to_map < cost)
+                {
                     best = Some((start, to_map));
                     if to_map == 0 {
-                        break;
+                        return Some(start);
                     }
                 }
+                start += step;
             }
-            if next + n > len {
-                break;
+            done = done.max(start);
+        }
+        if let Some((start, _)) = best {
+            return Some(start);
+        }
+        // No run takes a mapped granule: the first run of `Unmapped`
+        // granules, none below `unmapped_from`.
+        let mut start = Self::aligned_from(first, step, self.unmapped_from);
+        while start <= last {
+            window.move_to(self, start, n);
+            if window.count[Kind::Unmapped as usize] == n {
+                return Some(start);
             }
-            // `start + n < next + n ≤ len`.
-            while start < next {
-                window[at(self.states[start])] -= 1;
-                window[at(self.states[start + n])] += 1;
-                start += 1;
+            start += step;
+        }
+        None
+    }
+
+    /// `Unmapped` granules of the run at `start` counted in `window` (which
+    /// must be at `start`), or `None` if it holds a granule no run can take.
+    fn to_map(&self, window: &Window, start: usize, n: usize) -> Option<usize> {
+        if window.count[Kind::Taken as usize] > 0 {
+            return None;
+        }
+        if window.count[Kind::Adoptable as usize] > 0 && self.last_taken(start, n).is_some() {
+            return None;
+        }
+        Some(window.count[Kind::Unmapped as usize])
+    }
+
+    /// What granule `g` is to a run that would hold it.
+    fn kind(&self, g: usize) -> Kind {
+        match self.states[g] {
+            State::Unmapped => Kind::Unmapped,
+            State::Free => Kind::Free,
+            State::Used => Kind::Taken,
+            State::Retired if self.states[self.owner_of[&g]] == State::Free => Kind::Adoptable,
+            State::Retired => Kind::Taken,
+        }
+    }
+
+    /// `cheapest_run` by counting every aligned start's run: the check of
+    /// debug builds, in regions of up to `CHECKED_GRANULES`.
+    #[cfg(debug_assertions)]
+    fn cheapest_run_by_every_start(&self, n: usize, first: usize, step: usize) -> Option<usize> {
+        let mut best: Option<(usize, usize)> = None;
+        let mut start = first;
+        while start + n <= self.states.len() {
+            if self.last_taken(start, n).is_none() {
+                let to_map = self.states[start..start + n]
+                    .iter()
+                    .filter(|&&s| s == State::Unmapped)
+                    .count();
+                if best.is_none_or(|(_, cost)| to_map < cost) {
+                    best = Some((start, to_map));
+                }
             }
+            start += step;
         }
         best.map(|(start, _)| start)
     }
