@@ -137,7 +137,21 @@ impl Drop for Registration {
         // `register`.
         GENERATION.fetch_add(1, Ordering::Release);
         let joined = if st.served.is_empty() {
-            st.thread.take()
+            // Stopped under the lock: a `register` that takes the lock
+            // next, and starts a thread of its own, cannot have its
+            // mailbox read by this one (`serve` checks `stop` under the
+            // lock before it takes a list), so no two threads poll one
+            // port. Stopped after the unlock (until 2026-12-07), the old
+            // thread could take the new list and sweep it beside the new
+            // thread, and answer one request twice.
+            let taken = st.thread.take();
+            if let Some((_, _, stop)) = &taken {
+                // ORDERING: release, pairs with the acquire loads in
+                // `serve` (process scope); the mutex orders it before the
+                // thread's next look at the list.
+                stop.store(true, Ordering::Release);
+            }
+            taken
         } else {
             if let Some((_, thread, _)) = &st.thread {
                 thread.unpark();
@@ -145,10 +159,7 @@ impl Drop for Registration {
             None
         };
         drop(st);
-        if let Some((handle, thread, stop)) = joined {
-            // ORDERING: release, pairs with the acquire load in `serve`'s
-            // loop condition (process scope).
-            stop.store(true, Ordering::Release);
+        if let Some((handle, thread, _)) = joined {
             thread.unpark();
             // The thread catches its handlers' panics (`answer`) and panics
             // on nothing itself; a join error would only repeat a panic
@@ -190,7 +201,15 @@ fn serve(stop: &AtomicBool) {
         // `Registration`'s drop.
         let generation = GENERATION.load(Ordering::Acquire);
         if generation != seen {
-            served = state().served.clone();
+            let st = state();
+            // ORDERING: acquire, pairs with the release store in
+            // `Registration`'s drop, made under this lock: a thread stopped
+            // there takes no list after it (a later `register`'s mailbox
+            // is its new thread's alone).
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            served = st.served.clone();
             seen = generation;
         }
         let mut worked = false;
