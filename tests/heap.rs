@@ -1122,6 +1122,40 @@ fn a_trim_keeps_each_classes_keep_for_the_next_launch() {
     assert_empty(&mut heap, "pool kept, trimmed");
 }
 
+/// A pool whose links a stray kernel write made name a granule the heap
+/// never mapped: `warm_up` says the heap is corrupt, and writes no slab
+/// header there (on the emulated device, a write into the unmapped
+/// reservation: the process's crash).
+#[test]
+fn a_warm_up_from_a_corrupt_pool_is_refused() {
+    use warpalloc::{ClassPeak, HeapProfile};
+    use warpalloc_device::heap::LAYOUT;
+    let mut heap = heap_with(HeapConfig {
+        mode: Mode::Pool { slabs: 2 },
+        reserve: Some(16 * GRANULE),
+        ..HeapConfig::default()
+    });
+    let head = (heap.device_heap() + LAYOUT.pool) as *mut u64;
+    // SAFETY: the emulated device's memory is this process's: the pool's
+    // head word (`SlabPool`: tag above, the top granule plus one below) of
+    // this heap's `DeviceHeap`, aligned, and no kernel runs. The write is
+    // the stray one: the top is granule 15, the reservation's last, which
+    // the pool of 2 slabs never mapped.
+    unsafe { head.write(head.read() & !u64::from(u32::MAX) | 16) };
+    let profile = HeapProfile {
+        classes: vec![ClassPeak {
+            block: 64,
+            slabs: 1,
+        }],
+        peak_large_bytes: 0,
+        takeovers: 0,
+    };
+    match heap.warm_up(&profile) {
+        Err(HostError::HeapCorrupt(why)) => assert!(why.contains("slab pool"), "{why}"),
+        other => panic!("a corrupt pool's warm-up: {other:?}"),
+    }
+}
+
 /// A heap warmed up from a run's profile (`Heap::warm_up`) holds each
 /// class's slabs published and empty before its first launch, and that
 /// launch revives them instead of creating slabs: in RPC mode it asks the

@@ -44,6 +44,15 @@
 //! stream callback. A kernel that never ends blocks them, as it would block
 //! `cuCtxSynchronize`.
 //!
+//! They wait for the kernels that run when they start, not for one that
+//! starts while they run: no thread may launch a kernel that uses the heap
+//! until the call returns. `trim`, `warm_up`, `spread`, `forget_refusal`
+//! and the drop write the device heap back after reading it, and a kernel
+//! launched in between would have its slots and counts overwritten (and
+//! `trim` would unmap a slab it took). A program that launches from
+//! several threads calls these where no launch can overlap them, as it
+//! would order `cuCtxSynchronize` with its launches.
+//!
 //! # Which mode
 //! * [`Mode::Rpc`] (default): slabs and large blocks are mapped when the device
 //!   first asks, so memory follows demand. Each new slab costs one RPC round
@@ -963,6 +972,9 @@ impl Heap {
         self.quiesce()?;
         let global = check_layout(&*self.device, &*module)?;
         let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        // One link's read and write at a time in the process: two heaps
+        // linking one module from two threads cannot both find it free.
+        let _linking = LINKING.lock().unwrap_or_else(PoisonError::into_inner);
         match read_link(&*self.device, global)? {
             0 => {}
             linked if linked == self.state.addr() => return Ok(()),
@@ -1033,6 +1045,11 @@ impl Heap {
     /// ([`Heap::forget_refusal`]). A heap made by [`Heap::attach`] has no launcher: launch with
     /// your own code instead (this returns `HostError::NoLauncher`).
     ///
+    /// After the kernel it reads the heap's counts (for its snapshots) with
+    /// no wait for the context's other streams: no other kernel that uses
+    /// the heap may run meanwhile (its counts would be read half-written,
+    /// which can report `HeapCorrupt` for a launch that ran well).
+    ///
     /// # Safety
     /// As for `Kernel::run`: the parameters must be valid for the kernel.
     pub unsafe fn launch<K: Launch>(
@@ -1069,15 +1086,22 @@ impl Heap {
         {
             return Ok(false);
         }
-        self.quiesce()?;
-        // SAFETY: the 4-byte refusal record (`LAYOUT.refusal`, an
-        // `AtomicU32`) of this heap's `DeviceHeap`, written while no kernel
-        // runs (synchronised above).
-        unsafe {
-            self.device
-                .write(self.state.addr() + LAYOUT.refusal, &0u32.to_ne_bytes())
-        }?;
-        Ok(true)
+        let forgotten = self.quiesce().and_then(|()| {
+            // SAFETY: the 4-byte refusal record (`LAYOUT.refusal`, an
+            // `AtomicU32`) of this heap's `DeviceHeap`, written while no
+            // kernel runs (synchronised just now).
+            unsafe {
+                self.device
+                    .write(self.state.addr() + LAYOUT.refusal, &0u32.to_ne_bytes())
+            }
+        });
+        if forgotten.is_err() {
+            // The device still holds the refusal: a later call tries again.
+            self.counters
+                .temporary_refusal
+                .store(true, Ordering::Relaxed);
+        }
+        forgotten.map(|()| true)
     }
 
     /// Sets every `n`-th mapping to fail (0: none), for fault injection.
@@ -1276,6 +1300,14 @@ impl Heap {
                         Mode::Rpc => None,
                     };
                     let slab = match pooled {
+                        // The pool's links are the device's: a stray kernel
+                        // write may name a granule the region never mapped,
+                        // where the header write below would fault.
+                        Some(slab) if !region.is_mapped(slab, GRANULE) => {
+                            return Err(HostError::HeapCorrupt(format!(
+                                "the slab pool names {slab:#x}, which the heap never mapped"
+                            )));
+                        }
                         Some(slab) => slab,
                         None if self.mode == Mode::Rpc || self.pool_fallback => {
                             match region.allocate(GRANULE, GRANULE) {
@@ -1411,7 +1443,11 @@ impl Heap {
             .out_of_memory
             .saturating_sub(phases.base_out_of_memory);
         let counts = copy.class_counts();
-        let held = u64::from(counts.slabs.iter().sum::<u32>()) * GRANULE + counts.large_bytes;
+        // Saturating: `large_bytes` is the device's count, which a stray
+        // kernel write may have made anything.
+        let held = (u64::from(counts.slabs.iter().fold(0u32, |a, &b| a.saturating_add(b)))
+            * GRANULE)
+            .saturating_add(counts.large_bytes);
         let oom_due = phases.out_of_memory.is_none() && out_of_memory != 0;
         let peak_due = held > phases.peak.as_ref().map_or(0, |p| p.held_bytes);
         if !oom_due && !peak_due {
@@ -1485,6 +1521,10 @@ impl Heap {
     }
 }
 
+/// Held across a link's read and write of a module's `WARPALLOC_HEAP`
+/// (`Heap::link`, and the unlink of a heap's drop).
+static LINKING: Mutex<()> = Mutex::new(());
+
 impl Drop for Heap {
     fn drop(&mut self) {
         // Kernels may still use the heap: wait for them (an error here, such
@@ -1493,9 +1533,13 @@ impl Drop for Heap {
         // the heap's memory any more.
         let _ = self.quiesce();
         let links = std::mem::take(self.links.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let _linking = LINKING.lock().unwrap_or_else(PoisonError::into_inner);
         for module in links {
-            if let Ok(global) = module.global(HEAP_SYMBOL) {
-                // A failure means the context is gone, and the module with it.
+            // Unlinked only while it names this heap. A failure means the
+            // context is gone, and the module with it.
+            if let Ok(global) = module.global(HEAP_SYMBOL)
+                && read_link(&*self.device, global).is_ok_and(|at| at == self.state.addr())
+            {
                 let _ = write_link(&*self.device, global, 0);
             }
         }
