@@ -39,6 +39,7 @@
 //! when no kernel of the heap runs) unmaps and releases.
 
 mod cuda_vmm;
+mod free_set;
 mod host_emulated;
 mod region;
 

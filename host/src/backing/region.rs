@@ -36,6 +36,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::free_set::{FreeSet, aligned_from};
 use super::{Backing, BackingError, DriverCalls, GRANULE};
 use warpalloc_device::rpc::wire::Status;
 
@@ -313,7 +314,7 @@ pub struct Region<B: Backing> {
     states: Vec<State>,
     /// First granule of each run handed out → its length in granules.
     runs: HashMap<usize, usize>,
-    free_granules: BTreeSet<usize>,
+    free_granules: FreeSet,
     /// A `Retired` granule → the granule its physical memory is at now (never
     /// `Retired` itself).
     owner_of: HashMap<usize, usize>,
@@ -349,7 +350,7 @@ impl<B: Backing> Region<B> {
             base,
             states: vec![State::Unmapped; granules as usize],
             runs: HashMap::new(),
-            free_granules: BTreeSet::new(),
+            free_granules: FreeSet::default(),
             owner_of: HashMap::new(),
             aliases: HashMap::new(),
             spilled: BTreeSet::new(),
@@ -449,12 +450,6 @@ impl<B: Backing> Region<B> {
         self.base + granule as u64 * GRANULE
     }
 
-    /// The first granule at or after `from` that starts a run aligned to
-    /// `step` granules (`first`: the first aligned granule).
-    fn aligned_from(first: usize, step: usize, from: usize) -> usize {
-        first + from.saturating_sub(first).div_ceil(step) * step
-    }
-
     /// Where a run of `n` granules aligned to `align` could go, best fit:
     /// the shortest stretch of `Free` granules that holds it (no driver
     /// call); else the first start with the fewest granules still to map
@@ -463,20 +458,14 @@ impl<B: Backing> Region<B> {
         let step = (align / GRANULE).max(1) as usize;
         let misalign = ((self.base % align) / GRANULE) as usize;
         let first = (step - misalign % step) % step;
-        // Stretches of free granules, from the ordered set: O(free).
-        let mut best: Option<(usize, usize)> = None;
-        let mut free = self.free_granules.iter().copied().peekable();
-        while let Some(start) = free.next() {
-            let mut end = start + 1;
-            while free.next_if_eq(&end).is_some() {
-                end += 1;
-            }
-            let at = Self::aligned_from(first, step, start);
-            if at + n <= end && best.is_none_or(|(_, len)| end - start < len) {
-                best = Some((at, end - start));
-            }
+        #[cfg(debug_assertions)]
+        if self.states.len() <= CHECKED_GRANULES {
+            self.free_granules.check();
         }
-        if let Some((at, _)) = best {
+        // The shortest stretch of free granules that holds the run: O(log)
+        // from the stretches' index (a walk over every free granule until
+        // 2026-12-07).
+        if let Some(at) = self.free_granules.best_fit(n, first, step) {
             return Some(at);
         }
         if n == 1 && step == 1 {
@@ -532,7 +521,7 @@ impl<B: Backing> Region<B> {
         // Starts below this were counted.
         let mut done = first;
         for g in takeable {
-            let mut start = Self::aligned_from(first, step, g.saturating_sub(n - 1)).max(done);
+            let mut start = aligned_from(first, step, g.saturating_sub(n - 1)).max(done);
             while start <= g.min(last) {
                 window.move_to(self, start, n);
                 if let Some(to_map) = self.to_map(&window)
@@ -552,7 +541,7 @@ impl<B: Backing> Region<B> {
         }
         // No run takes a mapped granule: the first run of `Unmapped`
         // granules, none below `unmapped_from`.
-        let mut start = Self::aligned_from(first, step, self.unmapped_from);
+        let mut start = aligned_from(first, step, self.unmapped_from);
         while start <= last {
             window.move_to(self, start, n);
             if window.count[Kind::Unmapped as usize] == n {
@@ -650,7 +639,7 @@ impl<B: Backing> Region<B> {
             self.spilled.insert(retired);
         }
         self.states[owner] = State::Retired;
-        self.free_granules.remove(&owner);
+        self.free_granules.remove(owner);
         self.states[retired] = State::Free;
         self.free_granules.insert(retired);
         Ok(())
@@ -670,7 +659,7 @@ impl<B: Backing> Region<B> {
             self.spilled.insert(to);
         }
         self.states[from] = State::Retired;
-        self.free_granules.remove(&from);
+        self.free_granules.remove(from);
         self.states[to] = State::Free;
         self.free_granules.insert(to);
         self.stats.retired_granules += 1;
@@ -822,7 +811,7 @@ impl<B: Backing> Region<B> {
         }
         for i in start..start + n {
             self.states[i] = State::Used;
-            self.free_granules.remove(&i);
+            self.free_granules.remove(i);
         }
         self.stats.free_mapped_granules -= n as u64;
         self.runs.insert(start, n);
@@ -908,7 +897,7 @@ impl<B: Backing> Region<B> {
             self.backing.unmap(self.addr(i))?;
             self.states[i] = State::Unmapped;
             self.unmapped_from = self.unmapped_from.min(i);
-            self.free_granules.remove(&i);
+            self.free_granules.remove(i);
             if self.spilled.remove(&i) {
                 self.stats.spilled_bytes -= GRANULE;
             } else {
@@ -950,9 +939,9 @@ mod tests {
         )
         .expect("region");
         r.states = states.to_vec();
-        r.free_granules = (0..states.len())
-            .filter(|&g| states[g] == State::Free)
-            .collect();
+        for g in (0..states.len()).filter(|&g| states[g] == State::Free) {
+            r.free_granules.insert(g);
+        }
         r.owner_of = owners.iter().copied().collect();
         r.unmapped_from = states
             .iter()
