@@ -47,7 +47,9 @@ enum ConvergenceArg {
 /// The simulator's schedule (ignored on a GPU).
 #[derive(Args, Clone, Copy)]
 struct ScheduleArgs {
-    /// Simulator seed (a run replays exactly with --workers 1).
+    /// Simulator seed (a run replays exactly with --workers 1). `stress`
+    /// also seeds its kernels' generators with its low 32 bits, on a GPU
+    /// too.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Simulator worker threads (default: the machine's cores).
