@@ -9,17 +9,19 @@
 #
 #   OUT=/some/dir ./run.sh
 #
-# Runs the first project (a user's program through cudarc), every stress
-# kernel at full scale (8 blocks per SM) in RPC and pool modes, lifetimes and churn at 10 and 300 rounds (drift), the benchmark
-# cases, the CUDA C++ baseline (CUDA's own device malloc
-# with its heap raised to 8 GiB) and the atomics ceiling, the peer allocator
-# Gallatin through the same cases (when staged), the allocator's events
+# Runs, in this order (what issue 20 asks first comes first, so that a run
+# short of time loses the least needed steps): the first project (a user's
+# program through cudarc), the benchmark cases, the CUDA C++ baseline
+# (CUDA's own device malloc with its heap raised to 8 GiB) and the atomics
+# ceiling, the peer allocator Gallatin through the same cases (when
+# staged), every stress kernel at full scale (8 blocks per SM) in pool and
+# RPC modes, lifetimes and churn at 10 and 300 rounds (drift), memcheck on
+# the VMM control program (when staged) and compute-sanitizer on the stress
+# kernels (synccheck in RPC mode, memcheck in pool mode with no large
+# blocks; when compute-sanitizer is on PATH), and the allocator's events
 # counted on the GPU (the kernels' events build: scans, locks and walk
-# rounds, the simulator's proxies measured), compute-sanitizer on the
-# stress kernels (synccheck in RPC mode, memcheck in pool mode with no large
-# blocks; when compute-sanitizer is on PATH) and memcheck on the VMM control
-# program (when staged too), then writes $OUT/device-check.json and
-# $OUT/device-check.md.
+# rounds, the simulator's proxies measured); then writes
+# $OUT/device-check.json and $OUT/device-check.md.
 #
 # Every step, and each benchmark case, has its own timeout, cut to what is
 # left of a budget of BUDGET seconds (default 465) for the whole script: it
@@ -89,32 +91,6 @@ else
   step "first-project: none staged"
 fi
 
-# Pool mode first: slabs mapped before the launch, no RPC on the slab path
-# (and no large blocks here). Then RPC mode, where the host maps memory for
-# running kernels (the part no CPU test can vouch for).
-if want stress; then
-step "stress (pool)"
-limited 60 ./warpalloc --gpu stress --pool-slabs 1024 --large-one-in 0 --json > "$OUT/stress-pool.json" 2> "$OUT/stress-pool.err"
-echo "exit $?" >> "$OUT/stress-pool.err"
-step "stress (rpc)"
-limited 75 ./warpalloc --gpu stress --json > "$OUT/stress-rpc.json" 2> "$OUT/stress-rpc.err"
-echo "exit $?" >> "$OUT/stress-rpc.err"
-fi
-
-# Drift: the kernels whose speed and footprint aged on the first GPU run
-# (lifetimes 32x slower at 300 rounds than at 10; churn mapped the whole
-# reservation and got nulls), at 10 and at 300 rounds per thread. The
-# report pairs them: allocs/s at 300 ÷ at 10 (target ≥ 0.8), nulls, and
-# each kernel's peak mapped ÷ the peak of the bytes its threads held.
-if want drift; then
-for rounds in 10 300; do
-  step "drift: stress at $rounds rounds"
-  limited 90 ./warpalloc --gpu stress --kernels lifetimes --kernels churn --iterations "$rounds" --json \
-    > "$OUT/drift-$rounds.json" 2> "$OUT/drift-$rounds.err"
-  echo "exit $?" >> "$OUT/drift-$rounds.err"
-done
-fi
-
 if want bench; then
 step "bench"
 # One process per case (alloc-free one per size), each with its own limit:
@@ -163,8 +139,10 @@ fi
 if want baseline; then
 step "baseline"
 BASELINE=./baseline
-if command -v nvcc > /dev/null; then
-  limited 120 nvcc -O3 -arch=sm_90 -std=c++17 -o baseline-here baseline.cu 2> "$OUT/nvcc.err" && BASELINE=./baseline-here
+# Staged built (`cargo xtask device-check`, cudart linked statically);
+# rebuilt here only when it cannot load its libraries, within 40 s.
+if command -v nvcc > /dev/null && { [ ! -x ./baseline ] || ldd ./baseline 2>&1 | grep -q "not found"; }; then
+  limited 40 nvcc -O3 -arch=sm_90 -std=c++17 -o baseline-here baseline.cu 2> "$OUT/nvcc.err" && BASELINE=./baseline-here
 fi
 # One case per process, each with its own limit: the atomics ceiling first,
 # then CUDA malloc's cases from the cheapest; a case that runs out of time
@@ -207,24 +185,30 @@ else
   step "gallatin: not staged (no peers/gallatin-bench), the report has no Gallatin column"
 fi
 
-# Events: the allocator's own counts on the GPU — scans, slot locks, walk
-# rounds and looks per warp-pair (per free group with mixed sizes) — from the
-# kernels' events build (`bench --events`: a reduction per event, so its
-# rates are not the allocator's and the report shows none). The simulator's
-# contention test holds its warm launches to 0.1 extra walk rounds and 1.2
-# scans per group-malloc; these say whether the GPU's launches do the same.
-# After the timed steps (the baseline and Gallatin), before the sanitizers.
-if want events; then
-step "events (the kernels' events build)"
-events_case() {
-  name=$1; limit=$2; shift 2
-  limited "$limit" ./warpalloc --gpu bench --json --events "$@" > "$OUT/events-$name.json" 2> "$OUT/events-$name.err"
-  echo "exit $?" >> "$OUT/events-$name.err"
-}
-for size in 64 8192; do
-  events_case "alloc-free-$size" 20 --threads 102400,1048576 --cases alloc-free --sizes "$size"
+# Pool mode first: slabs mapped before the launch, no RPC on the slab path
+# (and no large blocks here). Then RPC mode, where the host maps memory for
+# running kernels (the part no CPU test can vouch for).
+if want stress; then
+step "stress (pool)"
+limited 60 ./warpalloc --gpu stress --pool-slabs 1024 --large-one-in 0 --json > "$OUT/stress-pool.json" 2> "$OUT/stress-pool.err"
+echo "exit $?" >> "$OUT/stress-pool.err"
+step "stress (rpc)"
+limited 75 ./warpalloc --gpu stress --json > "$OUT/stress-rpc.json" 2> "$OUT/stress-rpc.err"
+echo "exit $?" >> "$OUT/stress-rpc.err"
+fi
+
+# Drift: the kernels whose speed and footprint aged on the first GPU run
+# (lifetimes 32x slower at 300 rounds than at 10; churn mapped the whole
+# reservation and got nulls), at 10 and at 300 rounds per thread. The
+# report pairs them: allocs/s at 300 ÷ at 10 (target ≥ 0.8), nulls, and
+# each kernel's peak mapped ÷ the peak of the bytes its threads held.
+if want drift; then
+for rounds in 10 300; do
+  step "drift: stress at $rounds rounds"
+  limited 90 ./warpalloc --gpu stress --kernels lifetimes --kernels churn --iterations "$rounds" --json \
+    > "$OUT/drift-$rounds.json" 2> "$OUT/drift-$rounds.err"
+  echo "exit $?" >> "$OUT/drift-$rounds.err"
 done
-events_case mixed 15 --threads 1048576 --cases mixed
 fi
 
 # memcheck's control: a kernel's first write into a granule mapped before the
@@ -243,7 +227,7 @@ fi
 # kernels run, as users run it), memcheck in pool mode with no large blocks
 # — every slab mapped before the launch, since memcheck reports a first
 # write into memory mapped during a kernel even when it is correct (the
-# control above shows it). Last before the report: the slowest steps, each
+# control above shows it). The slowest steps, each
 # limited to 90 s of what is left of the budget (cut, or skipped with exit
 # 254, when the steps before took it). Each writes the sanitizer's log, the
 # stress run's JSON (it proves warpalloc served the kernels: heap traffic)
@@ -262,6 +246,26 @@ elif command -v compute-sanitizer > /dev/null; then
   sanitized memcheck-stress-pool memcheck --pool-slabs 1024 --large-one-in 0
 else
   step "sanitizer: compute-sanitizer is not on PATH"
+fi
+
+# Events: the allocator's own counts on the GPU — scans, slot locks, walk
+# rounds and looks per warp-pair (per free group with mixed sizes) — from the
+# kernels' events build (`bench --events`: a reduction per event, so its
+# rates are not the allocator's and the report shows none). The simulator's
+# contention test holds its warm launches to 0.1 extra walk rounds and 1.2
+# scans per group-malloc; these say whether the GPU's launches do the same.
+# Last: the least needed of the steps (a counting build).
+if want events; then
+step "events (the kernels' events build)"
+events_case() {
+  name=$1; limit=$2; shift 2
+  limited "$limit" ./warpalloc --gpu bench --json --events "$@" > "$OUT/events-$name.json" 2> "$OUT/events-$name.err"
+  echo "exit $?" >> "$OUT/events-$name.err"
+}
+for size in 64 8192; do
+  events_case "alloc-free-$size" 20 --threads 102400,1048576 --cases alloc-free --sizes "$size"
+done
+events_case mixed 15 --threads 1048576 --cases mixed
 fi
 
 step "report"
