@@ -1043,6 +1043,106 @@ fn the_device_report_says_whether_the_first_project_ran_on_the_gpu() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The GPU check's report gives issue 20's drift verdict: each kernel's
+/// allocs/s at 300 rounds ÷ at 10 against 0.8, its nulls and the run's
+/// refusals (the first GPU run's own figures fail it: it printed "300
+/// rounds: OK" for them before), a 300-round run that timed out fails with
+/// why, and a drift step that did not run says so; a stress run with no
+/// rows says why.
+#[test]
+fn the_device_report_gives_the_drift_verdict() {
+    let out = report_dir("drift");
+    let md = device_report(&out);
+    assert!(md.contains("## drift: not run"), "{md}");
+    let kernel = |name: &str, ops: f64, nulls: u64| {
+        serde_json::json!({
+            "kernel": name, "threads": 135168, "allocs": 1000, "nulls": nulls, "corrupt": 0,
+            "ops_per_second": ops, "problems": [], "peak_live_bytes": 1 << 20,
+            "peak_mapped_bytes": 2 << 20,
+        })
+    };
+    let run = |kernels: Vec<serde_json::Value>, refusals: u64| {
+        serde_json::json!({ "ok": true, "kernels": kernels, "refusals": refusals }).to_string()
+    };
+    let write = |name: &str, text: &str| std::fs::write(out.join(name), text).unwrap();
+    write(
+        "drift-10.json",
+        &run(
+            vec![kernel("lifetimes", 98e6, 0), kernel("churn", 50e6, 0)],
+            0,
+        ),
+    );
+    write("drift-10.err", "exit 0\n");
+    // The first GPU run: lifetimes 32× slower, churn's nulls and refusals.
+    write(
+        "drift-300.json",
+        &run(
+            vec![
+                kernel("lifetimes", 3.05e6, 0),
+                kernel("churn", 45e6, 148_080),
+            ],
+            148_080,
+        ),
+    );
+    write("drift-300.err", "exit 0\n");
+    let md = device_report(&out);
+    for said in [
+        "## drift: FAIL",
+        "- lifetimes: FAIL — 0.03× its 10-round allocs/s (target ≥ 0.8)",
+        "- churn: FAIL — 148080 nulls; 148080 refusals in the run",
+    ] {
+        assert!(md.contains(said), "{said:?} not in\n{md}");
+    }
+    // What the issue asks for.
+    write(
+        "drift-300.json",
+        &run(
+            vec![kernel("lifetimes", 90e6, 0), kernel("churn", 41e6, 0)],
+            0,
+        ),
+    );
+    let md = device_report(&out);
+    assert!(md.contains("## drift: PASS"), "{md}");
+    assert!(md.contains("- churn: PASS\n"), "{md}");
+    let json = std::fs::read_to_string(out.join("device-check.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["drift_verdicts"]["lifetimes"]["pass"], true, "{json}");
+    // Cut by its limit: no rows, and why.
+    write("drift-300.json", "");
+    write("drift-300.err", "exit 124\n");
+    write(
+        "stress-rpc.err",
+        "skipped: run.sh's time budget (465 s) is spent\nexit 254\n",
+    );
+    let md = device_report(&out);
+    assert!(
+        md.contains("## drift: FAIL") && md.contains("the 300-round run gave no rows (timed out)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("No rows: skipped: run.sh's time budget was spent."),
+        "{md}"
+    );
+    // A bench case whose launch failed: its error, not a rate of 0.
+    let row = serde_json::json!({
+        "case": "alloc_free", "mode": "rpc", "threads": 10240, "min_bytes": 64,
+        "max_bytes": 64, "cold_pairs_per_second": 0.0, "warm_pairs_per_second": 0.0,
+        "error": "launch: CUDA_ERROR_ILLEGAL_ADDRESS",
+    });
+    write(
+        "bench-alloc-free-64.json",
+        &serde_json::json!({ "rows": [row] }).to_string(),
+    );
+    write("bench-alloc-free-64.err", "exit 1\n");
+    let md = device_report(&out);
+    assert!(
+        md.contains("| FAILED: launch: CUDA_ERROR_ILLEGAL_ADDRESS | - |")
+            && !md.contains("| 0 /s |"),
+        "{md}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// Runs the GPU check's report (`scripts/device-check/report.py`) on the
 /// outputs in `out`; its markdown (`device-check.md`, beside
 /// `device-check.json`).
