@@ -292,7 +292,8 @@ fn pairs_per_second(pairs: u64, seconds: f64) -> f64 {
 /// Cold and warm: runs `kernel` (given a fresh stats buffer's pointer) twice
 /// on `heap` — a fresh heap's first launch, then the same again, with
 /// `between` done to the heap between them — and returns the two times,
-/// the pairs of one run and the nulls of both. A corrupt block is an
+/// the pairs of each (a launch that got nulls made fewer) and the nulls of
+/// both. A corrupt block is an
 /// error: a benchmark of a wrong allocator means nothing.
 fn cold_warm<K: Kernel>(
     heap: &mut Heap,
@@ -301,7 +302,7 @@ fn cold_warm<K: Kernel>(
     what: &str,
     between: impl FnOnce(&mut Heap) -> Result<(), HostError>,
     kernel: impl Fn(*mut u64) -> K,
-) -> Result<([f64; 2], u64, u64, PerPair), HostError> {
+) -> Result<([f64; 2], [u64; 2], u64, PerPair), HostError> {
     let cold = one_launch(heap, blocks, block, what, &kernel)?;
     between(heap)?;
     let warm = one_launch(heap, blocks, block, what, &kernel)?;
@@ -313,7 +314,7 @@ fn cold_warm<K: Kernel>(
     };
     Ok((
         [cold.seconds, warm.seconds],
-        warm.pairs,
+        [cold.pairs, warm.pairs],
         cold.nulls + warm.nulls,
         per_pair,
     ))
@@ -412,8 +413,8 @@ fn alloc_free_on(
             shape.kernel(stats)
         })?;
     let rates = [
-        pairs_per_second(pairs, times[0]),
-        pairs_per_second(pairs, times[1]),
+        pairs_per_second(pairs[0], times[0]),
+        pairs_per_second(pairs[1], times[1]),
     ];
     let threads = u64::from(blocks * block);
     alloc_free_row(
@@ -687,8 +688,8 @@ fn mixed_case(on: On, threads: u32, block: u32, rounds: u32) -> Result<Row, Host
         threads: u64::from(blocks * block),
         min_bytes: 16,
         max_bytes: 8192,
-        cold_pairs_per_second: pairs_per_second(pairs, times[0]),
-        warm_pairs_per_second: pairs_per_second(pairs, times[1]),
+        cold_pairs_per_second: pairs_per_second(pairs[0], times[0]),
+        warm_pairs_per_second: pairs_per_second(pairs[1], times[1]),
         nulls,
         peak_mapped_bytes: heap.stats()?.region.peak_mapped_bytes,
         mapped_per_requested: None,
