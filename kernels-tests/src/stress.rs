@@ -733,6 +733,44 @@ kernel! {
 }
 
 kernel! {
+    /// The published benchmark's mixed case, as the peers' drivers run it
+    /// (`scripts/device-check/baseline.cu`, `mixed`): each thread, `rounds`
+    /// times, allocates a size from [`churn_size`] (log-uniform, 16 B to
+    /// `max_small`), writes its first and last words, reads them back and
+    /// frees it. Counts as [`alloc_free`] does, once a thread at the end:
+    /// the lanes of a warp stay together, with no loop over a block's
+    /// bytes between their calls (unlike [`lifetimes`]).
+    pub fn mixed_pairs(stats: *mut u64, seed: u32, rounds: u32, max_small: u32) {
+        let me = simt::global_thread_id() as u32;
+        let mut rng = Rng::new(seed, me);
+        let mut nulls = 0u32;
+        let mut bad = 0u32;
+        for r in 0..rounds {
+            let size = churn_size(&mut rng, max_small, 0);
+            let p = malloc(size) as *mut u32;
+            if p.is_null() {
+                nulls += 1;
+                continue;
+            }
+            let word = me ^ r.wrapping_mul(0x9e37_79b9);
+            let last = size / 4 - 1;
+            // SAFETY: `size` bytes (at least 16), ours: words 0 and `last`.
+            unsafe {
+                p.write_volatile(word);
+                p.add(last).write_volatile(!word);
+                bad += u32::from(p.read_volatile() != word || p.add(last).read_volatile() != !word);
+                free(p.cast());
+            }
+        }
+        let ok = u64::from(rounds - nulls);
+        count(stats, 0, ok);
+        count(stats, 1, ok);
+        count(stats, 2, nulls.into());
+        count(stats, 3, bad.into());
+    }
+}
+
+kernel! {
     /// A freed block in a slab that still has live blocks is not a live
     /// allocation: `usable_size` gives 0 and `realloc` refuses it (null,
     /// counted as an invalid free, nothing freed). Each thread keeps one

@@ -640,12 +640,11 @@ def main(out):
                   "rounds per thread, 256 threads a block, and the peers' figures are their warm (second) "
                   "launch.")
         md.append("")
-        md.append("Not like for like, yet: warpalloc's time is the host's clock around the launch and its "
+        md.append("The mixed rows run one kernel's work in every implementation: a log-uniform size "
+                  "from 16 B to 8 KiB, its first and last words written and checked, 4 rounds a thread. "
+                  "Not like for like, yet: warpalloc's time is the host's clock around the launch and its "
                   "synchronisation, the peers' the kernel's between two CUDA events (a few µs more for "
-                  "warpalloc: up to a tenth of a 10 240-thread launch); and warpalloc's mixed row runs the "
-                  "`lifetimes` stress kernel (each block's bytes written and checked, six counters a pair "
-                  "on one address), the peers' mixed kernel two words a block and three counters a thread, "
-                  "so its ratio understates warpalloc.")
+                  "warpalloc: up to a tenth of a 10 240-thread launch).")
     if any(x["slab_turnovers_per_second"] for x in pairs):
         sizes = sorted({x["size"] for x in pairs if x["usable_blocks_per_slab"]})
         held = ", ".join(f"{s} B: {usable_blocks(s)} blocks of {block_size(s)} B" for s in sizes)

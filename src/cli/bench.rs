@@ -9,7 +9,7 @@ use warpalloc::{Heap, HeapConfig, HeapProfile, Mode};
 use warpalloc_device::kernel::Kernel;
 use warpalloc_host::{HostError, Prefer};
 use warpalloc_kernels_tests::stress::{
-    STATS_WORDS, alloc_free, drain, fill, free_only, lifetimes, malloc_only,
+    STATS_WORDS, alloc_free, drain, fill, free_only, malloc_only, mixed_pairs,
 };
 
 use super::common::{
@@ -40,7 +40,10 @@ pub enum Case {
     /// The same in pool mode at the most threads, each size: the pool sized
     /// from the same launch in RPC mode (its profile, a quarter more).
     Pool,
-    /// Mixed sizes, 16 B – 8 KiB, with a pattern checked per block.
+    /// Mixed sizes, 16 B – 8 KiB (log-uniform), each block's first and last
+    /// words written and checked: the peers' drivers' mixed kernel
+    /// (`mixed_pairs`; `lifetimes`, which writes and checks every byte,
+    /// until 2026-12-07).
     Mixed,
     /// Peak mapped ÷ peak requested, mixed sizes.
     Fragmentation,
@@ -673,13 +676,11 @@ fn mixed_case(on: On, threads: u32, block: u32, rounds: u32) -> Result<Row, Host
     let nothing = |_: &mut Heap| Ok(());
     let (times, pairs, nulls, per) =
         cold_warm(&mut heap, blocks, block, "mixed sizes", nothing, |stats| {
-            lifetimes::Args {
+            mixed_pairs::Args {
                 stats,
                 seed: 1,
-                iterations: rounds,
+                rounds,
                 max_small: 8192,
-                keep_one_in: 0,
-                corrupt_one_in: 0,
             }
         })?;
     Ok(Row {
