@@ -67,7 +67,7 @@ use warpalloc_device::event::{EVENTS, Event};
 use warpalloc_device::heap::{LAYOUT, MAX_SLOTS};
 use warpalloc_device::sim::{Convergence, LaunchConfig, Timing};
 use warpalloc_device::size_class::{SLAB_SIZE, class_index, geometry};
-use warpalloc_kernels_tests::stress::{STATS_WORDS, alloc_free, lifetimes};
+use warpalloc_kernels_tests::stress::{STATS_WORDS, alloc_free, lifetimes, mixed_pairs};
 
 /// Warps resident at once (one worker).
 const RESIDENT: u32 = 512;
@@ -718,8 +718,21 @@ enum Case {
     Size(u32),
     /// `lifetimes` with no long-lived blocks: each lane `ROUNDS` blocks of
     /// sizes from 16 B to 8 KiB (an octave drawn, then a size in it), each
-    /// written, checked and freed — the benchmark's mixed case.
+    /// written byte by byte, checked and freed — the benchmark's mixed case
+    /// until 2026-12-07: its loops over each block's bytes split a warp's
+    /// lanes apart.
     Mixed,
+    /// `mixed_pairs`: the same sizes, each block's first and last words
+    /// written and checked — the peers' drivers' mixed kernel, and the
+    /// benchmark's mixed case since 2026-12-07. A warp's lanes keep
+    /// together; its groups are the lanes that drew one class. Held to the
+    /// mixed case's bounds, but the path's of 16 B to 1 KiB (7): on
+    /// 2026-12-07 (10:55–10:57 UTC, seeds 1 to 3, release) its warm
+    /// launches took the path 7 in all six, untimed and timed, against
+    /// 7.25 untimed for `lifetimes`; extra walk rounds 0.129 to 0.147
+    /// untimed and 0.110 to 0.114 timed, against 0.143 to 0.157 and 0.118
+    /// to 0.123 (BENCHMARKS.md, "The peers' mixed kernel").
+    Pairs,
 }
 
 impl std::fmt::Display for Case {
@@ -727,6 +740,7 @@ impl std::fmt::Display for Case {
         match self {
             Case::Size(size) => write!(f, "{size} B"),
             Case::Mixed => write!(f, "mixed 16 B-8 KiB"),
+            Case::Pairs => write!(f, "mixed pairs 16 B-8 KiB"),
         }
     }
 }
@@ -754,6 +768,16 @@ fn measure(
                 stats: stats_ptr,
                 size,
                 rounds: ROUNDS,
+            },
+        ),
+        Case::Pairs => run(
+            heap,
+            &cfg,
+            mixed_pairs::Args {
+                stats: stats_ptr,
+                seed: seed as u32,
+                rounds: ROUNDS,
+                max_small: 8192,
             },
         ),
         Case::Mixed => run(
@@ -789,6 +813,14 @@ fn measure(
         // lifetimes: six counters an allocation (allocations, live bytes
         // up, the peak, bytes, frees, live bytes down) and one a null; its
         // demand is not one class's.
+        // mixed_pairs: four counters a thread, as alloc_free; its demand is
+        // not one class's.
+        Case::Pairs => (
+            0,
+            4 * threads,
+            launch.events[Event::FreeGroup as usize] as f64,
+            4 + 1,
+        ),
         Case::Mixed => (
             0,
             6 * s.allocs + s.nulls,
@@ -911,7 +943,7 @@ fn cold_then_warm(
 ) -> String {
     let mut failures = String::new();
     let cases = [16, 64, 1024, 8192].map(Case::Size);
-    for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
+    for (i, case) in cases.into_iter().chain([Case::Mixed, Case::Pairs]).enumerate() {
         let (cold, warm) = on_one_heap(
             (case, schedule),
             seed ^ i as u64,
@@ -991,7 +1023,7 @@ impl Contention {
             pick(bounds.long_searches, bounds.long_searches_8k),
         );
         let probes = self.per_group_malloc(Event::ExtraProbe);
-        let mixed = matches!(case, Case::Mixed);
+        let mixed = matches!(case, Case::Mixed | Case::Pairs);
         let small = matches!(case, Case::Size(16 | 64));
         let kib = matches!(case, Case::Size(1024));
         // (what, measured, bound, whether the bound is a floor).
@@ -1069,8 +1101,8 @@ impl Contention {
                 false,
             ),
             (
-                "round trips per pair on the path at 16 B to 1 KiB",
-                if small || kib {
+                "round trips per pair on the path at 16 B to 1 KiB, and mixed pairs",
+                if small || kib || matches!(case, Case::Pairs) {
                     self.path_round_trips_per_pair()
                 } else {
                     0.0
@@ -1127,7 +1159,7 @@ fn a_heap_warmed_up_from_a_profile_launches_warm() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut failures = String::new();
     let cases = [16, 64, 1024, 8192].map(Case::Size);
-    for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
+    for (i, case) in cases.into_iter().chain([Case::Mixed, Case::Pairs]).enumerate() {
         let primed = warmed_up(case, 0x3a4d ^ i as u64);
         println!("{case} warmed up: {}", primed.line());
         failures.push_str(&primed.failures(case, &format!("{case} warmed up"), &WARM));
@@ -1152,7 +1184,7 @@ fn a_warm_launch_after_a_spread_meets_the_bounds_and_walks_less() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut failures = String::new();
     let cases = [1024, 8192].map(Case::Size);
-    for (i, case) in cases.into_iter().chain([Case::Mixed]).enumerate() {
+    for (i, case) in cases.into_iter().chain([Case::Mixed, Case::Pairs]).enumerate() {
         let seed = 0x5e7d ^ i as u64;
         let mut heap = contention_heap();
         let context = format!("spread at {case}, seed {seed:#x}");
