@@ -74,6 +74,19 @@ fn count(stats: *mut u64, i: usize, n: u64) {
     stat(stats, i).fetch_add(n);
 }
 
+/// Counts, once a thread at its end, `rounds` malloc-and-free rounds of
+/// which `nulls` got null and `bad` read a word back wrong: allocations and
+/// frees (`stats[0]`, `stats[1]`), nulls (`stats[2]`), corrupt blocks
+/// (`stats[3]`).
+#[inline(always)]
+fn count_rounds(stats: *mut u64, rounds: u32, nulls: u32, bad: u32) {
+    let ok = u64::from(rounds - nulls);
+    count(stats, 0, ok);
+    count(stats, 1, ok);
+    count(stats, 2, nulls.into());
+    count(stats, 3, bad.into());
+}
+
 /// Counts a successful allocation of `size` bytes that the kernel will give
 /// to [`check_and_free`]: one allocation, and `size` more bytes live (the
 /// peak raised to the new total).
@@ -724,11 +737,7 @@ kernel! {
                 free(p.cast());
             }
         }
-        let ok = u64::from(rounds - nulls);
-        count(stats, 0, ok);
-        count(stats, 1, ok);
-        count(stats, 2, nulls.into());
-        count(stats, 3, bad.into());
+        count_rounds(stats, rounds, nulls, bad);
     }
 }
 
@@ -762,11 +771,7 @@ kernel! {
                 free(p.cast());
             }
         }
-        let ok = u64::from(rounds - nulls);
-        count(stats, 0, ok);
-        count(stats, 1, ok);
-        count(stats, 2, nulls.into());
-        count(stats, 3, bad.into());
+        count_rounds(stats, rounds, nulls, bad);
     }
 }
 
