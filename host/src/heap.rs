@@ -357,14 +357,26 @@ impl HeapStats {
     }
 }
 
-/// The classes whose mallocs got null (`nulls`, by class index), with the
-/// slabs they lacked, largest shortfall first.
 /// The class whose blocks are `block` bytes, if one is (`class_index` takes
 /// a class's block size only: any other is no class's).
 pub(crate) fn class_of_block(block: u32) -> Option<usize> {
     (0..CLASS_COUNT).find(|&c| geometry(c).block == block)
 }
 
+/// The sum of `counts`, at most `u32::MAX`: counts read from the device or
+/// from a user's file may be anything.
+pub(crate) fn saturating_sum(counts: impl IntoIterator<Item = u32>) -> u32 {
+    counts.into_iter().fold(0, u32::saturating_add)
+}
+
+/// The slabs a dry pool of `pool` needs to serve what `short` lacked (its
+/// advice: "raise the pool to …").
+pub(crate) fn raised_pool(pool: u32, short: &[Shortfall]) -> u32 {
+    pool.saturating_add(saturating_sum(short.iter().map(|s| s.slabs)))
+}
+
+/// The classes whose mallocs got null (`nulls`, by class index), with the
+/// slabs they lacked, largest shortfall first.
 pub(crate) fn shortfall(nulls: &[u32; CLASS_COUNT]) -> Vec<Shortfall> {
     let mut short: Vec<Shortfall> = nulls
         .iter()
@@ -517,17 +529,15 @@ impl std::fmt::Display for HeapStats {
         let short = self.pool_shortfall();
         if let (Some(pool), false) = (self.pool, short.is_empty()) {
             let classes: Vec<String> = short.iter().map(Shortfall::to_string).collect();
-            let more = short
-                .iter()
-                .fold(0u32, |sum, s| sum.saturating_add(s.slabs));
+            let raised = raised_pool(pool, &short);
             write!(
                 f,
                 "\npool exhausted: {}; raise the pool to {} slabs (`Mode::Pool {{ slabs: {} }}`, or \
                  `HeapConfig::pool_from(&heap.profile()?)` after a run in RPC mode), let it ask \
                  the host once dry (`HeapConfig::pool_fallback`), or use `Mode::Rpc`",
                 classes.join(", "),
-                pool.saturating_add(more),
-                pool.saturating_add(more)
+                raised,
+                raised
             )?;
         }
         Ok(())
@@ -1445,9 +1455,8 @@ impl Heap {
         let counts = copy.class_counts();
         // Saturating: `large_bytes` is the device's count, which a stray
         // kernel write may have made anything.
-        let held = (u64::from(counts.slabs.iter().fold(0u32, |a, &b| a.saturating_add(b)))
-            * GRANULE)
-            .saturating_add(counts.large_bytes);
+        let held =
+            (u64::from(saturating_sum(counts.slabs)) * GRANULE).saturating_add(counts.large_bytes);
         let oom_due = phases.out_of_memory.is_none() && out_of_memory != 0;
         let peak_due = held > phases.peak.as_ref().map_or(0, |p| p.held_bytes);
         if !oom_due && !peak_due {

@@ -67,9 +67,7 @@ impl HeapProfile {
     /// Saturating: a profile read back from a file (the `serde` feature)
     /// may hold any counts.
     pub fn slabs(&self) -> u32 {
-        self.classes
-            .iter()
-            .fold(0u32, |sum, c| sum.saturating_add(c.slabs))
+        crate::heap::saturating_sum(self.classes.iter().map(|c| c.slabs))
     }
 
     /// Bytes the heap maps at most for this profile: the pool's slabs and

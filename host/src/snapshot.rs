@@ -283,14 +283,10 @@ impl Snapshot {
             ));
         }
         if let (Some(pool), false) = (self.pool, self.pool_fallback) {
-            let more = self
-                .shortfall()
-                .iter()
-                .fold(0u32, |sum, s| sum.saturating_add(s.slabs));
             return Some(format!(
                 "the pool ({pool} slabs) ran dry; raise it to {} slabs, turn on \
                  `HeapConfig::pool_fallback` or use `Mode::Rpc`",
-                pool.saturating_add(more)
+                crate::heap::raised_pool(pool, &self.shortfall())
             ));
         }
         Some(
