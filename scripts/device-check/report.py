@@ -44,11 +44,7 @@ def bench_rows(out, prefix="bench-"):
     rows, missing = [], []
     for path in sorted(out.glob(f"{prefix}*.json")):
         name = path.stem[len(prefix):]
-        err = path.with_suffix(".err")
-        try:
-            code = trailing_exit(err.read_text())[1]
-        except OSError:
-            code = None
+        code = file_exit(path.with_suffix(".err"))
         got = load(path) or {}
         case_rows = got.get("rows", []) if isinstance(got, dict) else []
         rows.extend(case_rows)
@@ -154,6 +150,15 @@ def trailing_exit(text):
     if lines and re.fullmatch(r"exit -?\d+", lines[-1].strip()):
         return lines[:-1], int(lines[-1].split()[-1])
     return lines, None
+
+
+def file_exit(path):
+    """The exit status run.sh appended to the file at `path` (`trailing_exit`),
+    or None when the file is missing or ends without one."""
+    try:
+        return trailing_exit(Path(path).read_text())[1]
+    except OSError:
+        return None
 
 
 def first_project(path):
@@ -472,13 +477,7 @@ def main(out):
     }
     (out / "device-check.json").write_text(json.dumps(report, indent=2))
 
-    def exit_code(name):
-        try:
-            return trailing_exit((out / name).read_text())[1]
-        except OSError:
-            return None
-
-    rpc_exit = exit_code("stress-rpc.err")
+    rpc_exit = file_exit(out / "stress-rpc.err")
     served = (report["stress_rpc"] or {}).get("rpc_allocs", 0)
     if rpc_exit in (124, 137):
         deadlock = "NOT shown: the RPC-mode stress run hit its timeout (a kernel spinning on the mailbox while the server maps memory may hang)"
@@ -488,7 +487,7 @@ def main(out):
         deadlock = f"not decided: the RPC-mode stress run exited with {rpc_exit} after {served} ALLOC requests"
     report["mapping_while_a_kernel_runs"] = deadlock
     report["drift_verdicts"] = drift_verdicts(
-        report["drift"], {rounds: exit_code(f"drift-{rounds}.err") for rounds in (10, 300)})
+        report["drift"], {rounds: file_exit(out / f"drift-{rounds}.err") for rounds in (10, 300)})
     (out / "device-check.json").write_text(json.dumps(report, indent=2))
 
     md = ["# GPU check", "", "```", (report["gpu"] or "").strip(), "```", "",
@@ -520,7 +519,7 @@ def main(out):
         md.append("")
     for name in ("stress_rpc", "stress_pool"):
         s = report[name] or {}
-        code = exit_code(name.replace("_", "-") + ".err")
+        code = file_exit(out / (name.replace("_", "-") + ".err"))
         md.append(f"## {name}: {'OK' if s.get('ok') else 'FAILED'}")
         md.append("")
         if not s.get("kernels"):

@@ -242,9 +242,11 @@ impl Window {
         }
     }
 
-    /// Whether the run holds no granule a run cannot take.
-    fn clear(&self) -> bool {
-        self.count[Kind::Taken as usize] == 0 && self.shared == 0 && self.inside == 0
+    /// `Unmapped` granules of the run, or `None` if it holds a granule no
+    /// run can take.
+    fn to_map(&self) -> Option<usize> {
+        let clear = self.count[Kind::Taken as usize] == 0 && self.shared == 0 && self.inside == 0;
+        clear.then_some(self.count[Kind::Unmapped as usize])
     }
 
     fn holds(&self, g: usize) -> bool {
@@ -524,7 +526,7 @@ impl<B: Backing> Region<B> {
             let mut start = aligned_from(first, step, g.saturating_sub(n - 1)).max(done);
             while start <= g.min(last) {
                 window.move_to(self, start, n);
-                if let Some(to_map) = self.to_map(&window)
+                if let Some(to_map) = window.to_map()
                     && best.is_none_or(|(_, cost)| to_map < cost)
                 {
                     best = Some((start, to_map));
@@ -550,14 +552,6 @@ impl<B: Backing> Region<B> {
             start += step;
         }
         None
-    }
-
-    /// `Unmapped` granules of the run `window` counts, or `None` if it holds
-    /// a granule no run can take.
-    fn to_map(&self, window: &Window) -> Option<usize> {
-        window
-            .clear()
-            .then_some(window.count[Kind::Unmapped as usize])
     }
 
     /// What granule `g` is to a run that would hold it.
