@@ -735,6 +735,9 @@ enum Case {
     Pairs,
 }
 
+/// The mixed-size cases, run after each file's one-size cases.
+const MIXED: [Case; 2] = [Case::Mixed, Case::Pairs];
+
 impl std::fmt::Display for Case {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -943,11 +946,7 @@ fn cold_then_warm(
 ) -> String {
     let mut failures = String::new();
     let cases = [16, 64, 1024, 8192].map(Case::Size);
-    for (i, case) in cases
-        .into_iter()
-        .chain([Case::Mixed, Case::Pairs])
-        .enumerate()
-    {
+    for (i, case) in cases.into_iter().chain(MIXED).enumerate() {
         let (cold, warm) = on_one_heap(
             (case, schedule),
             seed ^ i as u64,
@@ -1163,11 +1162,7 @@ fn a_heap_warmed_up_from_a_profile_launches_warm() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut failures = String::new();
     let cases = [16, 64, 1024, 8192].map(Case::Size);
-    for (i, case) in cases
-        .into_iter()
-        .chain([Case::Mixed, Case::Pairs])
-        .enumerate()
-    {
+    for (i, case) in cases.into_iter().chain(MIXED).enumerate() {
         let primed = warmed_up(case, 0x3a4d ^ i as u64);
         println!("{case} warmed up: {}", primed.line());
         failures.push_str(&primed.failures(case, &format!("{case} warmed up"), &WARM));
@@ -1192,11 +1187,7 @@ fn a_warm_launch_after_a_spread_meets_the_bounds_and_walks_less() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut failures = String::new();
     let cases = [1024, 8192].map(Case::Size);
-    for (i, case) in cases
-        .into_iter()
-        .chain([Case::Mixed, Case::Pairs])
-        .enumerate()
-    {
+    for (i, case) in cases.into_iter().chain(MIXED).enumerate() {
         let seed = 0x5e7d ^ i as u64;
         let mut heap = contention_heap();
         let context = format!("spread at {case}, seed {seed:#x}");
