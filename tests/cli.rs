@@ -1218,6 +1218,42 @@ fn the_device_report_draws_warpalloc_beside_its_peers() {
     );
 }
 
+/// Each bench row says what timed it (`timed_by`): the host's clock in the
+/// simulator, two CUDA events around the kernel on a GPU (as the peers'
+/// drivers time theirs). The GPU check's report says whether warpalloc's
+/// rows and the peers' were timed alike: here the simulator's rows as they
+/// are, then the same rows marked as timed by CUDA events.
+#[test]
+fn the_device_report_says_which_clock_timed_the_rows() {
+    let out = report_dir("clock");
+    let mut mine = warpalloc_json(REPORT_BENCH);
+    let rows = mine["rows"].as_array().expect("bench rows");
+    assert!(!rows.is_empty(), "no rows");
+    for row in rows {
+        assert_eq!(row["timed_by"], "host clock", "{row}");
+    }
+    let peers = "{\"impl\":\"cuda\",\"case\":\"alloc_free\",\"threads\":256,\"size\":64,\
+                 \"pairs\":1024,\"nulls\":0,\"pairs_per_second\":1000000}\n";
+    std::fs::write(out.join("baseline.jsonl"), peers).unwrap();
+    let report = |bench: &serde_json::Value| {
+        std::fs::write(out.join("bench-alloc-free-64.json"), bench.to_string()).unwrap();
+        std::fs::write(out.join("bench-alloc-free-64.err"), "exit 0\n").unwrap();
+        device_report(&out)
+    };
+    let md = report(&mine);
+    assert!(
+        md.contains("Not like for like in time: warpalloc's rows timed by host clock"),
+        "{md}"
+    );
+    for row in mine["rows"].as_array_mut().expect("bench rows") {
+        row["timed_by"] = serde_json::json!("cuda events");
+    }
+    let md = report(&mine);
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(md.contains("Like for like in time"), "{md}");
+    assert!(!md.contains("Not like for like in time"), "{md}");
+}
+
 /// With a candidate build staged (`cargo xtask device-check --candidate
 /// REV`), the GPU check's report sets each of its bench rows beside this
 /// build's same case (case, mode, threads, sizes): both rates and their

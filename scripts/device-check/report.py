@@ -369,6 +369,22 @@ def drift_table(drift, verdicts):
     return md
 
 
+def clock_note(bench):
+    """What timed warpalloc's rows against the peers' CUDA events: the bench
+    JSON's `timed_by` per row (absent before 2026-12-07: the host's clock)."""
+    rows = [r for r in (bench or {}).get("rows", []) if not r.get("error")]
+    clocks = {r.get("timed_by") or "host clock" for r in rows}
+    if not clocks:
+        return "No warpalloc row ran: nothing timed against the peers' CUDA events."
+    if clocks == {"cuda events"}:
+        return ("Like for like in time: every implementation's figure is the kernel's time between "
+                "two CUDA events on its stream (warpalloc's `timed_by`: cuda events).")
+    return ("Not like for like in time: warpalloc's rows timed by " + ", ".join(sorted(clocks)) +
+            " — the host's clock around the launch and its synchronisation is a few µs more than "
+            "the kernel's time between two CUDA events, the peers' clock (up to a tenth of a "
+            "10 240-thread launch).")
+
+
 def bench_key(r):
     """What makes a bench row the same measurement in two builds."""
     return (r["case"], r["mode"], r["threads"], r["min_bytes"], r["max_bytes"])
@@ -640,10 +656,9 @@ def main(out):
                   "launch.")
         md.append("")
         md.append("The mixed rows run one kernel's work in every implementation: a log-uniform size "
-                  "from 16 B to 8 KiB, its first and last words written and checked, 4 rounds a thread. "
-                  "Not like for like, yet: warpalloc's time is the host's clock around the launch and its "
-                  "synchronisation, the peers' the kernel's between two CUDA events (a few µs more for "
-                  "warpalloc: up to a tenth of a 10 240-thread launch).")
+                  "from 16 B to 8 KiB, its first and last words written and checked, 4 rounds a thread.")
+        md.append("")
+        md.append(clock_note(report["bench"]))
     if any(x["slab_turnovers_per_second"] for x in pairs):
         sizes = sorted({x["size"] for x in pairs if x["usable_blocks_per_slab"]})
         held = ", ".join(f"{s} B: {usable_blocks(s)} blocks of {block_size(s)} B" for s in sizes)

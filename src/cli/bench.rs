@@ -7,6 +7,7 @@
 use serde::Serialize;
 use warpalloc::{Heap, HeapConfig, HeapProfile, Mode};
 use warpalloc_device::kernel::Kernel;
+use warpalloc_host::device::Clock;
 use warpalloc_host::{HostError, Prefer};
 use warpalloc_kernels_tests::stress::{
     STATS_WORDS, alloc_free, drain, fill, free_only, malloc_only, mixed_pairs,
@@ -86,6 +87,11 @@ pub struct Row {
     pub cold_pairs_per_second: f64,
     /// malloc+free pairs per second, warm (the same launch again).
     pub warm_pairs_per_second: f64,
+    /// What timed the launches: "cuda events" (two events on the heap's
+    /// stream around the kernel, as the peers' drivers time theirs, on a
+    /// GPU) or "host clock" (around the launch and its completion, in the
+    /// simulator); `None` for a failed case.
+    pub timed_by: Option<&'static str>,
     pub nulls: u64,
     pub peak_mapped_bytes: u64,
     /// Peak mapped ÷ peak requested (fragmentation cases).
@@ -127,6 +133,7 @@ impl Row {
             max_bytes: max,
             cold_pairs_per_second: 0.0,
             warm_pairs_per_second: 0.0,
+            timed_by: None,
             nulls: 0,
             peak_mapped_bytes: 0,
             mapped_per_requested: None,
@@ -227,6 +234,8 @@ struct PerPair {
     sys: Option<f64>,
     cycles: Option<f64>,
     events: Option<EventCounts>,
+    /// What timed the launch.
+    clock: Option<Clock>,
 }
 
 /// Where the cases run: the launcher's preference and the simulator's
@@ -369,6 +378,7 @@ fn one_launch<K: Kernel>(
     }
     let mut per_pair = PerPair {
         events,
+        clock: Some(report.clock()),
         ..PerPair::default()
     };
     if let Some(sim) = report.simulator
@@ -386,10 +396,11 @@ fn one_launch<K: Kernel>(
                 life / (s.allocs as f64 / sim.lanes.max(1) as f64)
             }),
             events,
+            clock: Some(report.clock()),
         };
     }
     Ok(Launch {
-        seconds: report.elapsed.as_secs_f64(),
+        seconds: report.time().as_secs_f64(),
         pairs: s.allocs,
         nulls: s.nulls,
         per_pair,
@@ -529,6 +540,7 @@ fn alloc_free_row(
         max_bytes: u64::from(size),
         cold_pairs_per_second: rates[0],
         warm_pairs_per_second: rates[1],
+        timed_by: per.clock.map(Clock::name),
         nulls,
         peak_mapped_bytes: stats.region.peak_mapped_bytes,
         mapped_per_requested: None,
@@ -575,7 +587,7 @@ fn footprint_case(on: On, threads: u32, block: u32, size: u32) -> Result<Row, Ho
     let blocks = threads.div_ceil(block);
     let n = blocks * block;
     let ptrs = buffer::<u64>(&heap, n as usize)?;
-    let elapsed = launch(
+    let filled = launch_report(
         &mut heap,
         blocks,
         block,
@@ -608,8 +620,9 @@ fn footprint_case(on: On, threads: u32, block: u32, size: u32) -> Result<Row, Ho
         threads: u64::from(n),
         min_bytes: u64::from(size),
         max_bytes: u64::from(size),
-        cold_pairs_per_second: pairs_per_second(u64::from(n) - nulls, elapsed.as_secs_f64()),
+        cold_pairs_per_second: pairs_per_second(u64::from(n) - nulls, filled.time().as_secs_f64()),
         warm_pairs_per_second: 0.0,
+        timed_by: Some(filled.clock().name()),
         nulls,
         peak_mapped_bytes: st.region.peak_mapped_bytes,
         mapped_per_requested: Some(st.region.peak_mapped_bytes as f64 / requested as f64),
@@ -691,6 +704,7 @@ fn mixed_case(on: On, threads: u32, block: u32, rounds: u32) -> Result<Row, Host
         max_bytes: 8192,
         cold_pairs_per_second: pairs_per_second(pairs[0], times[0]),
         warm_pairs_per_second: pairs_per_second(pairs[1], times[1]),
+        timed_by: per.clock.map(Clock::name),
         nulls,
         peak_mapped_bytes: heap.stats()?.region.peak_mapped_bytes,
         mapped_per_requested: None,
@@ -732,7 +746,7 @@ fn fill_case(
     let ptrs = buffer::<u64>(&heap, n * per_thread as usize)?;
     let sizes = buffer::<u32>(&heap, n * per_thread as usize)?;
     let counts = buffer::<u32>(&heap, n)?;
-    let elapsed = launch(
+    let filled = launch_report(
         &mut heap,
         blocks,
         block,
@@ -787,8 +801,9 @@ fn fill_case(
         threads: n as u64,
         min_bytes: 16,
         max_bytes: 8192,
-        cold_pairs_per_second: pairs_per_second(s.allocs, elapsed.as_secs_f64()),
+        cold_pairs_per_second: pairs_per_second(s.allocs, filled.time().as_secs_f64()),
         warm_pairs_per_second: 0.0,
+        timed_by: Some(filled.clock().name()),
         nulls: s.nulls,
         peak_mapped_bytes: st.region.peak_mapped_bytes,
         mapped_per_requested: (requested > 0)

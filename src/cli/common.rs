@@ -182,7 +182,7 @@ pub fn read<T: bytemuck::Pod>(heap: &Heap, buffer: &Buffer<T>) -> Result<Vec<T>,
     launcher(heap).read(buffer)
 }
 
-/// Launches `args` and returns what the launch did (wall time, and the
+/// Launches `args` and returns what the launch did (its times, and the
 /// simulator's counts on the emulated device).
 pub fn launch_report<K: Kernel>(
     heap: &mut Heap,
@@ -195,14 +195,15 @@ pub fn launch_report<K: Kernel>(
     unsafe { heap.launch((blocks, 1, 1), (threads, 1, 1), args) }
 }
 
-/// Launches `args` and returns the kernel's wall time.
+/// Launches `args` and returns its time (`LaunchReport::time`: the
+/// kernel's own between CUDA events on a GPU, the wall time elsewhere).
 pub fn launch<K: Kernel>(
     heap: &mut Heap,
     blocks: u32,
     threads: u32,
     args: K,
 ) -> Result<Duration, HostError> {
-    Ok(launch_report(heap, blocks, threads, args)?.elapsed)
+    Ok(launch_report(heap, blocks, threads, args)?.time())
 }
 
 /// Reads a stats buffer.

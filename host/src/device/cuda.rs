@@ -12,7 +12,7 @@ use std::any::Any;
 use std::ffi::{CString, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr as _, DriverError, result};
@@ -103,7 +103,56 @@ fn found<T>(result: Result<T, HostError>, what: &'static str, name: &str) -> Res
     }
 }
 
+/// A CUDA event with timing, created in the current context; destroyed on
+/// drop (a failure is recorded in the context).
+struct TimingEvent<'a> {
+    raw: sys::CUevent,
+    ctx: &'a CudaContext,
+}
+
+impl<'a> TimingEvent<'a> {
+    /// An event of `ctx`, which the caller made current ([`bind`]).
+    fn new(ctx: &'a CudaContext) -> Result<TimingEvent<'a>, HostError> {
+        let raw = guarded("cuEventCreate", || {
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+        })?;
+        Ok(TimingEvent { raw, ctx })
+    }
+
+    /// Records the event in `stream`, a stream of the event's context.
+    fn record(&self, stream: &CudaStream) -> Result<(), HostError> {
+        // SAFETY: a live event (destroyed only on drop) and a live stream of
+        // its context.
+        guarded("cuEventRecord", || unsafe {
+            result::event::record(self.raw, stream.cu_stream())
+        })
+    }
+
+    /// The time from this event to `end`, both recorded in one stream and
+    /// both complete (the stream was waited for).
+    fn until(&self, end: &TimingEvent<'_>) -> Result<Duration, HostError> {
+        // SAFETY: two live events of one context, created with timing.
+        let ms = guarded("cuEventElapsedTime", || unsafe {
+            result::event::elapsed(self.raw, end.raw)
+        })?;
+        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+    }
+}
+
+impl Drop for TimingEvent<'_> {
+    fn drop(&mut self) {
+        self.ctx.record_err(bind(self.ctx));
+        // SAFETY: created by `cuEventCreate`, destroyed once, here.
+        self.ctx
+            .record_err(unsafe { result::event::destroy(self.raw) });
+    }
+}
+
 /// Launches `function` with `kernel`'s parameters on `stream` and waits.
+/// The report's `kernel_time` is the time between two CUDA events recorded
+/// on the stream just before and after the launch: the kernel's own time,
+/// as the peers' drivers (Gallatin's, `baseline.cu`) time theirs; `elapsed`
+/// is the host's clock around the launch and the wait.
 ///
 /// # Safety
 /// `function` belongs to a live module of the stream's context, bound to
@@ -117,16 +166,23 @@ unsafe fn launch_and_wait(
     block: (u32, u32, u32),
 ) -> Result<LaunchReport, HostError> {
     let mut params = kernel.params();
+    let ctx = stream.context();
+    make_current(ctx)?;
+    let (before, after) = (TimingEvent::new(ctx)?, TimingEvent::new(ctx)?);
     let start = Instant::now();
+    before.record(stream)?;
     // SAFETY: `function` is live (the caller's contract); `params` holds one
     // pointer per kernel parameter, each to a value of the declared type in
     // `kernel`, which outlives the call.
     guarded("cuLaunchKernel", || unsafe {
         result::launch_kernel(function, grid, block, 0, stream.cu_stream(), &mut params)
     })?;
+    after.record(stream)?;
     wait_for(stream)?;
+    let elapsed = start.elapsed();
     Ok(LaunchReport {
-        elapsed: start.elapsed(),
+        elapsed,
+        kernel_time: Some(before.until(&after)?),
         simulator: None,
     })
 }

@@ -380,6 +380,7 @@ unsafe impl Module for EmulatedModule {
         let stats = unsafe { kernel.simulate(&cfg) }?;
         Ok(LaunchReport {
             elapsed: stats.elapsed,
+            kernel_time: None,
             simulator: Some(stats),
         })
     }

@@ -145,10 +145,49 @@ pub unsafe fn read_global(
 /// What one launch did.
 #[derive(Debug, Clone, Copy)]
 pub struct LaunchReport {
-    /// Wall time from launch to completion.
+    /// Wall time from launch to completion, on the host's clock.
     pub elapsed: Duration,
+    /// On a GPU, the kernel's own time: between two CUDA events recorded
+    /// on the launch's stream just before and after it, as CUDA programs
+    /// time kernels (`None` in the simulator).
+    pub kernel_time: Option<Duration>,
     /// The simulator's counters (`None` on a GPU).
     pub simulator: Option<LaunchStats>,
+}
+
+impl LaunchReport {
+    /// The launch's time: the kernel's own on a GPU (`kernel_time`), the
+    /// wall time elsewhere.
+    pub fn time(&self) -> Duration {
+        self.kernel_time.unwrap_or(self.elapsed)
+    }
+
+    /// What [`LaunchReport::time`] was measured by.
+    pub fn clock(&self) -> Clock {
+        match self.kernel_time {
+            Some(_) => Clock::CudaEvents,
+            None => Clock::Host,
+        }
+    }
+}
+
+/// What timed a launch ([`LaunchReport::clock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// Two CUDA events on the launch's stream, around the kernel.
+    CudaEvents,
+    /// The host's wall clock around the launch and its completion.
+    Host,
+}
+
+impl Clock {
+    /// Its name in reports: "cuda events" or "host clock".
+    pub fn name(self) -> &'static str {
+        match self {
+            Clock::CudaEvents => "cuda events",
+            Clock::Host => "host clock",
+        }
+    }
 }
 
 /// A kernel's parameters with the type erased: what a [`Module`] launches.
