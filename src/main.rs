@@ -525,11 +525,7 @@ fn cudarc_link_check(ctx: &std::sync::Arc<cudarc::driver::CudaContext>, ptx: &st
         Ok(done) => done.unwrap_or_else(|why| format!("FAILED: {why}")),
         Err(payload) => format!(
             "FAILED: panicked: {}",
-            payload
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| payload.downcast_ref::<&str>().copied())
-                .unwrap_or("")
+            warpalloc_sim::panic_message(payload.as_ref())
         ),
     }
 }

@@ -66,7 +66,9 @@ fn run_kernel(kernel: KernelRef) -> LaneOutcome {
     }
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+/// The text of a panic's payload (`panic!`'s `&str` or `String`), or a
+/// line saying it had none.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&'static str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {

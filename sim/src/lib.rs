@@ -88,6 +88,7 @@ pub use config::{
     CONVERGED_PATIENCE, Convergence, DEFAULT_CAPABILITY, Fibers, LaunchConfig, Timing,
 };
 pub use error::{LaneReport, LaneState, SimError, SimErrorKind};
+pub use fiber::panic_message;
 pub use lane::{
     Access, EVENTS, activemask, ballot, binding, block_dim, block_idx, capability, clock,
     count_access_at, count_event, count_round_trip, grid_dim, grid_id, in_launch, kernel_name,

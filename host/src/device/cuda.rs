@@ -35,11 +35,7 @@ pub(crate) fn guarded<T>(
         Ok(result) => result.map_err(HostError::driver(call)),
         Err(payload) => Err(HostError::DriverPanic {
             call,
-            message: payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default(),
+            message: warpalloc_sim::panic_message(payload.as_ref()),
         }),
     }
 }
@@ -692,5 +688,54 @@ impl Drop for CudaModule {
         // SAFETY: `raw` was loaded by `load_module` and is unloaded only here.
         self.ctx
             .record_err(unsafe { result::module::unload(self.raw) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// cudarc panics where the driver lacks a library or symbol; `guarded`
+    /// makes that an error that names the call and keeps the panic's text,
+    /// and passes a driver error through as one.
+    #[test]
+    fn a_panicking_driver_call_is_an_error_naming_the_call() {
+        let quiet = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let formatted = guarded("cuFormatted", || -> Result<(), DriverError> {
+            panic!("no symbol {}", "cuCtxCreate_v4")
+        });
+        let literal = guarded("cuLiteral", || -> Result<(), DriverError> {
+            panic!("no libcuda")
+        });
+        std::panic::set_hook(quiet);
+        match formatted {
+            Err(HostError::DriverPanic { call, message }) => {
+                assert_eq!(
+                    (call, message.as_str()),
+                    ("cuFormatted", "no symbol cuCtxCreate_v4")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match literal {
+            Err(HostError::DriverPanic { call, message }) => {
+                assert_eq!((call, message.as_str()), ("cuLiteral", "no libcuda"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let failed = guarded("cuFailed", || -> Result<(), DriverError> {
+            Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_FOUND))
+        });
+        assert!(
+            matches!(
+                failed,
+                Err(HostError::Driver {
+                    call: "cuFailed",
+                    ..
+                })
+            ),
+            "{failed:?}"
+        );
     }
 }
