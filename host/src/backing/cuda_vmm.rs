@@ -17,7 +17,7 @@ use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{CudaContext, DriverError};
 
 use super::{Backing, BackingError, DriverCalls, GRANULE};
-use crate::device::cuda::bind;
+use crate::device::cuda::{attribute, bind, total_mem};
 
 /// GPU memory through the driver's virtual memory API.
 pub struct CudaVmm {
@@ -81,11 +81,11 @@ impl CudaVmm {
     pub fn new(ctx: Arc<CudaContext>) -> Result<CudaVmm, BackingError> {
         let device = ctx.ordinal() as i32;
         bind(&ctx).map_err(driver_error("cuCtxSetCurrent"))?;
-        let supported = ctx
-            .attribute(
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-            )
-            .map_err(driver_error("cuDeviceGetAttribute"))?;
+        let supported = attribute(
+            &ctx,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+        )
+        .map_err(driver_error("cuDeviceGetAttribute"))?;
         if supported == 0 {
             return Err(BackingError::Unsupported(
                 "the device does not support CUDA virtual memory management (cuMemCreate/cuMemMap); \
@@ -93,7 +93,7 @@ impl CudaVmm {
                     .into(),
             ));
         }
-        let device_memory = ctx.total_mem().map_err(driver_error("cuDeviceTotalMem"))? as u64;
+        let device_memory = total_mem(&ctx).map_err(driver_error("cuDeviceTotalMem"))? as u64;
         let mut vmm = CudaVmm {
             ctx,
             device,
@@ -398,8 +398,12 @@ impl Backing for CudaVmm {
                 Err(e) => first = first.and(Err(e)),
             }
         }
+        // The spares are released even when an unmap failed: the granules
+        // unmapped are physical memory the context would hold until it
+        // is destroyed (a retained primary context: the program's life).
+        let released = self.release_spares();
         first?;
-        self.release_spares()?;
+        released?;
         if let Some((base, len)) = self.reservation.take() {
             self.bind()?;
             // SAFETY: our whole reservation, with nothing mapped in it.

@@ -40,17 +40,37 @@ pub(crate) fn guarded<T>(
     }
 }
 
-/// Makes `ctx` current on this thread. cudarc's `bind_to_thread` first
-/// hands back (and clears) an error that a drop recorded in the context
-/// earlier, and then does not bind: an unrelated call would fail once, and
-/// a drop would free nothing. Here that error is set aside, the context
-/// bound, and the error recorded again for the program's next cudarc call
-/// to report.
+/// Makes `ctx` current on this thread. Not cudarc's `bind_to_thread`,
+/// which first hands back (and clears) an error that a drop recorded in the
+/// context earlier, and then does not bind: an unrelated call would fail
+/// once, and a drop would free nothing. Here the recorded error is not
+/// touched (it stays for the program's next cudarc call to report): taking
+/// it and putting it back, as this did before, raced with another thread
+/// binding the same context (the RPC server's, while the launching thread
+/// waits): that thread's `bind_to_thread` could take the error in between,
+/// fail a map, and lose the error.
 pub(crate) fn bind(ctx: &CudaContext) -> Result<(), DriverError> {
-    let pending = ctx.check_err();
-    let bound = ctx.bind_to_thread();
-    ctx.record_err(pending);
-    bound
+    if result::ctx::get_current()? != Some(ctx.cu_ctx()) {
+        // SAFETY: the context of a live `CudaContext` (the caller's
+        // reference keeps it), which cudarc created or retained.
+        unsafe { result::ctx::set_current(ctx.cu_ctx()) }?;
+    }
+    Ok(())
+}
+
+/// A device attribute of `ctx`'s device. Not cudarc's
+/// `CudaContext::attribute`, which first hands back (and clears) an error
+/// that a drop recorded in the context ([`bind`]).
+pub(crate) fn attribute(ctx: &CudaContext, a: CUdevice_attribute) -> Result<i32, DriverError> {
+    // SAFETY: the device of a live context; the call writes one int.
+    unsafe { result::device::get_attribute(ctx.cu_device(), a) }
+}
+
+/// The memory of `ctx`'s device, in bytes, as [`attribute`] (not cudarc's
+/// `total_mem`, for the same reason).
+pub(crate) fn total_mem(ctx: &CudaContext) -> Result<usize, DriverError> {
+    // SAFETY: the device of a live context; the call writes one size.
+    unsafe { result::device::total_mem(ctx.cu_device()) }
 }
 
 /// Waits for the work queued on `stream`, with the stream's context
@@ -164,21 +184,32 @@ unsafe fn launch_and_wait(
     let mut params = kernel.params();
     let ctx = stream.context();
     make_current(ctx)?;
-    let (before, after) = (TimingEvent::new(ctx)?, TimingEvent::new(ctx)?);
+    // The timing is best-effort: an event the driver does not make or
+    // record leaves the report with the host's clock alone (`kernel_time`
+    // `None`), never a launch that ran reported as failed, and never a
+    // return before the kernel is done.
+    let before = TimingEvent::new(ctx)
+        .ok()
+        .filter(|event| event.record(stream).is_ok());
+    let after = before.as_ref().and_then(|_| TimingEvent::new(ctx).ok());
     let start = Instant::now();
-    before.record(stream)?;
     // SAFETY: `function` is live (the caller's contract); `params` holds one
     // pointer per kernel parameter, each to a value of the declared type in
     // `kernel`, which outlives the call.
     guarded("cuLaunchKernel", || unsafe {
         result::launch_kernel(function, grid, block, 0, stream.cu_stream(), &mut params)
     })?;
-    after.record(stream)?;
+    let after = after.filter(|event| event.record(stream).is_ok());
+    // Waited for whatever the events did: the kernel may be running.
     wait_for(stream)?;
     let elapsed = start.elapsed();
+    let kernel_time = match (&before, &after) {
+        (Some(before), Some(after)) => before.until(after).ok(),
+        _ => None,
+    };
     Ok(LaunchReport {
         elapsed,
-        kernel_time: Some(before.until(&after)?),
+        kernel_time,
         simulator: None,
     })
 }
@@ -231,8 +262,12 @@ impl Cuda {
         let ordinal = ctx.ordinal();
         // Streams are created before anything is launched: creating one may
         // synchronise the context.
+        // cudarc's `new_stream` hands back an error a drop recorded in the
+        // context first (and clears it): there is no raw way to make a
+        // `CudaStream`. The queries below are raw calls, which leave such
+        // an error recorded.
         let stream = guarded("cuStreamCreate", || ctx.new_stream())?;
-        let attr = |a: CUdevice_attribute| guarded("cuDeviceGetAttribute", || ctx.attribute(a));
+        let attr = |a: CUdevice_attribute| guarded("cuDeviceGetAttribute", || attribute(&ctx, a));
         let mut driver_version = 0;
         // SAFETY: `cuDriverGetVersion` writes one int through a valid pointer.
         guarded("cuDriverGetVersion", || unsafe {
@@ -240,9 +275,14 @@ impl Cuda {
         })?;
         let info = DeviceInfo {
             ordinal,
-            name: guarded("cuDeviceGetName", || ctx.name())?,
-            compute_capability: guarded("cuDeviceComputeCapability", || ctx.compute_capability())?,
-            total_memory: guarded("cuDeviceTotalMem", || ctx.total_mem())? as u64,
+            name: guarded("cuDeviceGetName", || {
+                result::device::get_name(ctx.cu_device())
+            })?,
+            compute_capability: (
+                attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            ),
+            total_memory: guarded("cuDeviceTotalMem", || total_mem(&ctx))? as u64,
             multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
                 .max(0) as u32,
             max_threads_per_multiprocessor: attr(
