@@ -17,8 +17,8 @@ use warpalloc_device::size_class::{SLAB_SIZE, block_size, class_index, geometry}
 use warpalloc_host::Buffer;
 use warpalloc_kernels_tests::stress::{
     STATS_WORDS, SWEEP_SIZES, Stats, aligned, alloc_free, bad_input, churn, drain, drain_transfer,
-    duplicate_frees, fill, free_only, freed_queries, malloc_free_once, malloc_only, resize,
-    size_sweep,
+    duplicate_frees, fill, free_only, freed_queries, interior_free, malloc_free_once, malloc_only,
+    resize, size_sweep,
 };
 
 struct Churn {
@@ -434,6 +434,43 @@ fn a_refused_claim_is_served_by_the_room_its_scan_passed() {
         free(&mut heap, ptrs);
     }
     assert_empty(&mut heap, "a refused claim served by the room it passed");
+}
+
+/// `free` of a pointer into a small block's middle that happens to sit at a
+/// large boundary (a 48-byte block across 8 KiB: its `p + 16` is 8 KiB
+/// aligned) frees nothing: only `aligned_alloc` above 4 KiB rounds a pointer
+/// up inside a block, and only in blocks above 4 KiB. Until 2026-12-07 such a
+/// free cleared the block's bit while its owner held it (a review found it;
+/// `bad_input`'s `p + 16` never met such a block). Each of 64 threads takes
+/// 40-byte blocks until one lies across an 8 KiB boundary (or 2 048 of
+/// them).
+#[test]
+fn a_small_blocks_middle_at_a_large_boundary_frees_nothing() {
+    let mut heap = heap(64 * SLAB_SIZE, 64);
+    let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(2, 32).seed(5),
+        interior_free::Args {
+            stats: stats_buf.kernel_ptr(),
+            tries: 2048,
+        },
+    );
+    let s = stats(&heap, &stats_buf);
+    assert_eq!((s.nulls, s.corrupt), (0, 0), "{s:?}");
+    // A warp's lanes take consecutive blocks, so a lane's blocks keep its
+    // place modulo the warp: some lanes never meet such a block (58 of 64
+    // did when this was written).
+    assert!(
+        s.bytes >= 32,
+        "threads that met a block across 8 KiB: {s:?}"
+    );
+    assert_eq!(s.broken, 0, "a block freed by its middle: {s:?}");
+    assert_eq!(s.frees, s.allocs, "{s:?}");
+    let e = errors(&heap);
+    assert_eq!((e.double_frees, e.invalid_frees), (0, s.bytes), "{e:?}");
+    assert_eq!(heap.check().expect("check"), Ok(()));
+    assert_empty(&mut heap, "interior frees");
 }
 
 #[test]

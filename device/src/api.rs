@@ -24,8 +24,9 @@
 //! A pointer is an allocation's if it is a block's first byte, or — as
 //! `aligned_alloc` hands out for alignments above 4 KiB — that byte rounded
 //! up to the pointer's own alignment. `free(p + 8)`, and any other pointer
-//! into a block at a boundary of 4 KiB or less, is an invalid free that
-//! frees nothing, so the `free(p)` after it is the real one. (A pointer into
+//! into a block of 4 KiB or less or at a boundary of 4 KiB or less, is an
+//! invalid free that frees nothing, so the `free(p)` after it is the real
+//! one. (A pointer into
 //! a block of more than 4 KiB at a boundary of more than 4 KiB, which such
 //! a rounding could have made, is taken for one: without a tag per
 //! allocation no allocator can tell.) A double free is caught until the block is handed out again;

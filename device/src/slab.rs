@@ -184,7 +184,8 @@ impl Slab {
     /// `MAX_DATA_ALIGN` (4 KiB), the only ones rounded up inside a block
     /// (`size_class::place`) — the first byte rounded up to that alignment,
     /// which is then `addr`'s own (its lowest set bit, above 4 KiB) and more
-    /// than `addr`'s distance into the block. What `free` accepts: any
+    /// than `addr`'s distance into the block, in a block of more than 4 KiB
+    /// (`place` gives such an alignment no smaller one). What `free` accepts: any
     /// other pointer into a block (`p + 8`, and `p + 16` at a 32-byte
     /// boundary, which a 48-byte block's middle often is) is an invalid
     /// free, which frees nothing. (A pointer into a block of more than 4
@@ -207,8 +208,15 @@ impl Slab {
         let align = low & low.wrapping_neg();
         // Above 4 KiB, `into` below `addr`'s alignment; else 0 (a bound of
         // 1). Of four forms (ptxas, 2026-12-07), this one costs the free
-        // path least: a register more than before on sm_75 and sm_90.
-        let limit = (align & !(2 * MAX_DATA_ALIGN - 1)).max(1);
+        // path least: a register more than before on sm_75 and sm_90. In a
+        // block of 4 KiB or less no pointer is rounded up (`place` gives an
+        // alignment above 4 KiB a larger block): 0 there, whatever `addr`'s
+        // alignment — a 48-byte block at offset 8 176 has its `p + 16` at
+        // an 8 KiB boundary, which was taken for the block (a review,
+        // 2026-12-07). `big` is all ones above 4 KiB, else 0: as a mask,
+        // no register more than before (a select cost one or two).
+        let big = (MAX_DATA_ALIGN.wrapping_sub(geo.block) >> 31).wrapping_neg();
+        let limit = (align & !(2 * MAX_DATA_ALIGN - 1) & big).max(1);
         (index < geo.usable && into < limit).then_some(index)
     }
 
@@ -763,7 +771,9 @@ fn xorshift32(state: &mut u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::{Slab, runs_of};
-    use crate::size_class::{CLASS_COUNT, MAX_DATA_ALIGN, Placement, SLAB_SIZE, geometry, place};
+    use crate::size_class::{
+        CLASS_COUNT, MAX_DATA_ALIGN, Placement, SLAB_SIZE, class_index, geometry, place,
+    };
 
     /// In every class, a block's first byte is its own and no other byte of
     /// it is, but for a pointer that `aligned_alloc` rounds up inside a
@@ -784,7 +794,8 @@ mod tests {
                 for d in into.filter(|&d| d < u64::from(geo.block)) {
                     let p = start + d;
                     let own = 1u64 << p.trailing_zeros();
-                    let want = (own > u64::from(MAX_DATA_ALIGN) && d < own).then_some(i);
+                    let rounded = geo.block > MAX_DATA_ALIGN && own > u64::from(MAX_DATA_ALIGN);
+                    let want = (rounded && d < own).then_some(i);
                     assert_eq!(
                         slab.freeable_index_of(p, geo),
                         want,
@@ -797,6 +808,17 @@ mod tests {
             let end = slab.block_addr(geo.usable, geo);
             assert_eq!(slab.freeable_index_of(end, geo), None, "past the blocks");
         }
+        // A small block's middle at a large boundary: the 48-byte class's
+        // block at offset 8 176 has `p + 16` at 8 KiB, which is no pointer
+        // the allocator hands out (it was taken for one until 2026-12-07).
+        let geo = geometry(class_index(48));
+        let at = (0..geo.usable)
+            .find(|&i| (slab.block_addr(i, geo) + 16).is_multiple_of(8192))
+            .expect("a 48-byte block across an 8 KiB boundary");
+        let p = slab.block_addr(at, geo);
+        assert_eq!(p - slab.0, 8176, "the first such block");
+        assert_eq!(slab.freeable_index_of(p + 16, geo), None);
+        assert_eq!(slab.freeable_index_of(p, geo), Some(at));
         // What `aligned_alloc` hands out above 4 KiB: freeable.
         for align in [8192u64, 16_384, 65_536, 262_144] {
             for bytes in [1u64, 100, 4096, 20_000] {

@@ -575,6 +575,64 @@ kernel! {
 }
 
 kernel! {
+    /// A pointer into a small block's middle at a large boundary: each
+    /// thread takes 40-byte blocks (the 48-byte class), chained through
+    /// their first words, until one has an 8 KiB boundary inside it (at
+    /// most `tries`), frees that boundary — an invalid free, which must
+    /// free nothing — and checks the block's size and pattern survived,
+    /// then frees every block it took. Counts: `allocs` the blocks taken,
+    /// `frees` the frees, `nulls`, `broken` a block its middle's free
+    /// freed (or whose middle has a size), and in `bytes` the threads that
+    /// found such a block.
+    pub fn interior_free(stats: *mut u64, tries: u32) {
+        let me = simt::global_thread_id() as u32;
+        let mut last: *mut u8 = core::ptr::null_mut();
+        let mut found = false;
+        for _ in 0..tries {
+            let p = malloc(40);
+            if p.is_null() {
+                count(stats, 2, 1);
+                break;
+            }
+            count(stats, 0, 1);
+            // SAFETY: a fresh block of 40 bytes, ours: the chain's link in
+            // its first word, the pattern after it.
+            unsafe {
+                p.cast::<u64>().write(last.expose_provenance() as u64);
+                write_pattern(p.add(8), 32, me, 5);
+            }
+            last = p;
+            let inside = (p.addr() + 1).next_multiple_of(8192);
+            if inside < p.addr() + 40 {
+                found = true;
+                // SAFETY: bad input under test: a pointer into our live
+                // block's middle, which must free nothing.
+                unsafe {
+                    free(p.with_addr(inside));
+                    let whole = usable_size(p) >= 40 && check_pattern(p.add(8), 32, me, 5);
+                    if !whole || usable_size(p.with_addr(inside)) != 0 {
+                        count(stats, 4, 1);
+                    }
+                }
+                break;
+            }
+        }
+        if found {
+            count(stats, 5, 1);
+        }
+        while !last.is_null() {
+            // SAFETY: a block of the chain, ours; its first word links the
+            // one taken before it.
+            let before = unsafe { last.cast::<u64>().read() };
+            // SAFETY: as above.
+            unsafe { free(last) };
+            count(stats, 1, 1);
+            last = core::ptr::with_exposed_provenance_mut(before as usize);
+        }
+    }
+}
+
+kernel! {
     /// `realloc` and `calloc`: each thread grows a block from 16 bytes to
     /// `max` by doubling with `realloc` (in place while it fits, moving
     /// otherwise), checking that the bytes written so far survive every
