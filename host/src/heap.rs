@@ -680,41 +680,50 @@ fn handler(
     headroom: u64,
     spill: bool,
 ) -> Arc<server::Handler> {
-    Arc::new(move |request: Request| match request {
-        Request::Alloc { bytes, align } => {
-            counters.allocs.fetch_add(1, Ordering::Relaxed);
-            let mut region = lock(&region);
-            Reply::Alloc(region.allocate(bytes, align).map_err(|why| {
-                if why.may_pass() {
-                    counters.temporary_refusal.store(true, Ordering::Relaxed);
+    Arc::new(
+        move |request: Request, frees: &mut dyn FnMut() -> bool| match request {
+            Request::Alloc { bytes, align } => {
+                counters.allocs.fetch_add(1, Ordering::Relaxed);
+                let mut result = lock(&region).allocate(bytes, align);
+                // Before a refusal, the frees pending on other ports, which a
+                // kernel may have sent before this request (`serve_frees`):
+                // then the region again.
+                if result.is_err() && frees() {
+                    result = lock(&region).allocate(bytes, align);
                 }
-                let mut first = counters
-                    .first_refusal
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if first.is_none() {
-                    *first = Some(RefusalRecord {
-                        reason: why,
-                        bytes,
-                        mapped_bytes: region.stats().mapped_bytes,
-                        limit,
-                        headroom,
-                        driver_error: region.last_driver_error().map(str::to_string),
-                        spill,
-                    });
-                }
-                why.status()
-            }))
-        }
-        Request::Free { addr, bytes } => {
-            counters.frees.fetch_add(1, Ordering::Relaxed);
-            Reply::Free(lock(&region).free(addr, bytes).map_err(|why| why.status()))
-        }
-        Request::Ping { words } => {
-            counters.pings.fetch_add(1, Ordering::Relaxed);
-            Reply::Ping(words.map(|w| !w))
-        }
-    })
+                let region = lock(&region);
+                Reply::Alloc(result.map_err(|why| {
+                    if why.may_pass() {
+                        counters.temporary_refusal.store(true, Ordering::Relaxed);
+                    }
+                    let mut first = counters
+                        .first_refusal
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if first.is_none() {
+                        *first = Some(RefusalRecord {
+                            reason: why,
+                            bytes,
+                            mapped_bytes: region.stats().mapped_bytes,
+                            limit,
+                            headroom,
+                            driver_error: region.last_driver_error().map(str::to_string),
+                            spill,
+                        });
+                    }
+                    why.status()
+                }))
+            }
+            Request::Free { addr, bytes } => {
+                counters.frees.fetch_add(1, Ordering::Relaxed);
+                Reply::Free(lock(&region).free(addr, bytes).map_err(|why| why.status()))
+            }
+            Request::Ping { words } => {
+                counters.pings.fetch_add(1, Ordering::Relaxed);
+                Reply::Ping(words.map(|w| !w))
+            }
+        },
+    )
 }
 
 /// What the region holds in host memory, the slabs among it by class (from

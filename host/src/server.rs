@@ -44,8 +44,11 @@ const PARK_DOUBLINGS: u32 = 4;
 /// Set by `wake`: the server starts its idle sequence over (spin first).
 static WOKEN: AtomicBool = AtomicBool::new(false);
 
-/// What answers a mailbox's requests, one lane's at a time.
-pub type Handler = dyn Fn(Request) -> Reply + Send + Sync;
+/// What answers a mailbox's requests, one lane's at a time. Its second
+/// argument serves the `Free`s pending on the mailbox's other ports and
+/// says whether there were any: what a handler about to refuse an `Alloc`
+/// calls first ([`serve_frees`]).
+pub type Handler = dyn Fn(Request, &mut dyn FnMut() -> bool) -> Reply + Send + Sync;
 
 /// One served mailbox.
 struct Served {
@@ -237,8 +240,8 @@ fn serve(stop: &AtomicBool) {
 /// server thread lives on: the lane waiting for this answer gets one (a
 /// null), and every kernel on every mailbox keeps its server, instead of
 /// spinning on its port for ever.
-fn answer(handler: &Handler, request: Request) -> Reply {
-    catch_unwind(AssertUnwindSafe(|| handler(request)))
+fn answer(handler: &Handler, request: Request, frees: &mut dyn FnMut() -> bool) -> Reply {
+    catch_unwind(AssertUnwindSafe(|| handler(request, frees)))
         .unwrap_or(Reply::Refused(Status::BadRequest))
 }
 
@@ -257,7 +260,7 @@ fn sweep(mailbox: &Served) -> bool {
             let lane = lanes.trailing_zeros();
             lanes &= lanes - 1;
             let reply = match request.request(lane) {
-                Ok(r) => answer(&*mailbox.handler, r),
+                Ok(r) => answer(&*mailbox.handler, r, &mut || serve_frees(mailbox, i)),
                 Err(status) => Reply::Refused(status),
             };
             request.reply(lane, &reply);
@@ -265,6 +268,48 @@ fn sweep(mailbox: &Served) -> bool {
         request.finish();
     }
     worked
+}
+
+/// Answers the `Free`s pending on `mailbox`'s ports but port `but`;
+/// whether there were any. A handler about to refuse an `Alloc` calls it
+/// (through its second argument) and asks the region again: a warp that
+/// freed a large block (a request it does not wait for) and then told the
+/// other warps that memory came back (`DeviceHeap::memory_returned`, a
+/// release that their acquire pairs with before they send) has its free
+/// visible here — but on a port this sweep may reach after the `Alloc`
+/// it let through, which was refused for want of that memory, and the
+/// heap then stayed out of memory until a trim (a review, 2026-12-07).
+/// A load a port, only on a refusal.
+fn serve_frees(mailbox: &Served, but: usize) -> bool {
+    let mut served = false;
+    for j in (0..mailbox.count as usize).filter(|&j| j != but) {
+        // SAFETY: `j < count`, the registration's contract.
+        let port = unsafe { &*mailbox.ports.add(j) };
+        let Some(request) = warpalloc_device::rpc::poll(port) else {
+            continue;
+        };
+        let mut lanes = request.lane_mask();
+        // A port's request is of one opcode: a `Free`'s, or left for the
+        // sweep.
+        if !matches!(
+            request.request(lanes.trailing_zeros()),
+            Ok(Request::Free { .. })
+        ) {
+            continue;
+        }
+        while lanes != 0 {
+            let lane = lanes.trailing_zeros();
+            lanes &= lanes - 1;
+            let reply = match request.request(lane) {
+                Ok(r) => answer(&*mailbox.handler, r, &mut || false),
+                Err(status) => Reply::Refused(status),
+            };
+            request.reply(lane, &reply);
+        }
+        request.finish();
+        served = true;
+    }
+    served
 }
 
 impl Registration {
@@ -297,7 +342,7 @@ mod tests {
     /// next answer is the handler's again.
     #[test]
     fn a_handler_that_panics_is_answered_with_a_refusal() {
-        let handler: Arc<Handler> = Arc::new(|request| match request {
+        let handler: Arc<Handler> = Arc::new(|request, _| match request {
             Request::Alloc { .. } => panic!("a handler's bug, planted"),
             _ => Reply::Free(Ok(())),
         });
@@ -305,11 +350,93 @@ mod tests {
             bytes: 2 << 20,
             align: 2 << 20,
         };
-        assert_eq!(answer(&*handler, alloc), Reply::Refused(Status::BadRequest));
+        let none = &mut || false;
+        assert_eq!(
+            answer(&*handler, alloc, none),
+            Reply::Refused(Status::BadRequest)
+        );
         let free = Request::Free {
             addr: 2 << 20,
             bytes: 2 << 20,
         };
-        assert_eq!(answer(&*handler, free), Reply::Free(Ok(())));
+        assert_eq!(answer(&*handler, free, none), Reply::Free(Ok(())));
+    }
+
+    /// Sends `request` on `port` for lane 0, as a client's one-lane path
+    /// does (the arguments, the header, then the flag).
+    fn send(port: &Port, request: &Request) {
+        request.write(port.buffer(0));
+        port.lane_mask.store(1, Ordering::Relaxed);
+        port.opcode
+            .store(request.opcode() as u32, Ordering::Relaxed);
+        port.client
+            .store(port.client.load(Ordering::Relaxed) ^ 1, Ordering::Release);
+    }
+
+    /// A mailbox whose port 0 holds an `Alloc` and port 1 a `Free` of the
+    /// only memory the host has: the sweep reaches the `Alloc` first, and
+    /// its handler, about to refuse, serves the free first (as a kernel
+    /// whose free came before its request, on a later port, needs), so
+    /// the `Alloc` gets the memory. With the handler's call of its second
+    /// argument dropped, it is refused.
+    #[test]
+    fn an_alloc_about_to_be_refused_is_served_after_the_frees_pending() {
+        for serve_first in [true, false] {
+            let ports = [Port::new(), Port::new()];
+            let free = Arc::new(std::sync::atomic::AtomicU32::new(0));
+            let handler: Arc<Handler> = {
+                let free = Arc::clone(&free);
+                Arc::new(move |request, frees| match request {
+                    Request::Free { .. } => {
+                        free.fetch_add(1, Ordering::Relaxed);
+                        Reply::Free(Ok(()))
+                    }
+                    Request::Alloc { .. } => {
+                        if free.load(Ordering::Relaxed) == 0 && serve_first {
+                            frees();
+                        }
+                        match free.load(Ordering::Relaxed) {
+                            0 => Reply::Alloc(Err(Status::Limit)),
+                            _ => {
+                                free.fetch_sub(1, Ordering::Relaxed);
+                                Reply::Alloc(Ok(2 << 20))
+                            }
+                        }
+                    }
+                    Request::Ping { words } => Reply::Ping(words),
+                })
+            };
+            let served = Served {
+                ports: ports.as_ptr(),
+                count: 2,
+                handler,
+            };
+            send(
+                &ports[0],
+                &Request::Alloc {
+                    bytes: 2 << 20,
+                    align: 2 << 20,
+                },
+            );
+            send(
+                &ports[1],
+                &Request::Free {
+                    addr: 2 << 20,
+                    bytes: 2 << 20,
+                },
+            );
+            assert!(sweep(&served));
+            for port in &ports {
+                assert!(warpalloc_device::rpc::idle(port), "a request left");
+            }
+            let got = warpalloc_device::rpc::wire::Reply::read_alloc(ports[0].buffer(0));
+            let want = if serve_first {
+                Ok(2 << 20)
+            } else {
+                Err(Status::Limit)
+            };
+            assert_eq!(got, want, "frees served first: {serve_first}");
+            assert_eq!(free.load(Ordering::Relaxed), u32::from(!serve_first));
+        }
     }
 }

@@ -76,12 +76,12 @@ use crate::granule::{Granule, GranuleTable};
 use crate::guard::{Guard, Lock};
 use crate::pool::SlabPool;
 use crate::rpc::Mailbox;
-use crate::simt;
+use crate::simt::{self, Scope};
 use crate::size_class::{
     CLASS_COUNT, Geometry, Placement, SLAB_SHIFT, SLAB_SIZE, WORD_BITS, geometry, place,
 };
 use crate::slab::Slab;
-use crate::sync::{AtomicU32, Ordering, SharedArray};
+use crate::sync::{AtomicU32, Ordering, SharedArray, fence};
 
 /// The most search streams per size class. A class keeps one hint per
 /// stream, and a warp's stream is its warp slot (`%smid`, `%warpid` on the
@@ -381,7 +381,12 @@ impl DeviceHeap {
     /// The memory generation now (read before asking the provider).
     #[inline(always)]
     fn memory_generation(&self) -> u32 {
-        self.memory_generation.load(Ordering::Relaxed)
+        // ORDERING: acquire (gpu): pairs with the release fence in
+        // `memory_returned`: the free that returned the memory (its
+        // request's flip) happens-before this lane's request that follows,
+        // so the host, which acquires that request, sees the free pending
+        // and serves it before it refuses (`server::serve_frees`).
+        self.memory_generation.load(Ordering::Acquire)
     }
 
     /// The provider refused a request made in `generation`.
@@ -395,6 +400,10 @@ impl DeviceHeap {
     /// slabs may be had again.
     #[inline(always)]
     fn memory_returned(&self) {
+        // ORDERING: release (gpu): the frees this lane sent (their flips)
+        // happen-before a request of a lane that reads the new generation;
+        // pairs with the acquire load in `memory_generation`.
+        fence(Ordering::Release, Scope::Gpu);
         self.memory_generation.fetch_add(1);
     }
 
