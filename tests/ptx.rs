@@ -26,6 +26,14 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("simt_sleep", &["nanosleep"]),
     ("simt_nanosleep", &["nanosleep"]),
     ("simt_syncwarp", &["bar.warp.sync"]),
+    // The mailbox's orderings are the host's too: `.sys`, which neither
+    // loom nor the simulator can tell from `.gpu` (a review, 2026-12-07).
+    // The client's release before its flip and the server's answer read
+    // by an acquire: on a ping, a malloc's request for a slab and a large
+    // free's request.
+    ("rpc_ping", &["fence.acq_rel.sys", "ld.acquire.sys"]),
+    ("malloc_only", &["fence.acq_rel.sys", "ld.acquire.sys"]),
+    ("free_only", &["fence.acq_rel.sys"]),
 ];
 
 fn ptx_file(name: &str, text: &str) -> PathBuf {
