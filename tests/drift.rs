@@ -20,14 +20,16 @@
 mod support;
 
 use support::{
-    assert_clean, assert_empty, buffer, errors, free_run, heap, heap_with, malloc_sizes_run, run,
-    stats,
+    assert_clean, assert_empty, buffer, errors, free_run, heap, heap_with, malloc_sizes_run, read,
+    run, stats,
 };
 use warpalloc::backing::Refusal;
 use warpalloc::{Heap, HeapConfig, HeapStats, Moment};
 use warpalloc_device::sim::{Convergence, LaunchConfig};
 use warpalloc_device::size_class::{CLASSES, SLAB_SIZE};
-use warpalloc_kernels_tests::stress::{STATS_WORDS, Stats, churn, drain_transfer, lifetimes};
+use warpalloc_kernels_tests::stress::{
+    STATS_WORDS, Stats, aligned_only, churn, drain_transfer, lifetimes,
+};
 
 const BLOCKS: u32 = 32;
 const THREADS: u32 = 128;
@@ -343,4 +345,39 @@ fn a_block_larger_than_the_region_gives_no_slab_back_and_is_refused_with_advice(
     assert_eq!(last.rpc.allocs - after.rpc.allocs, 2, "{last:?}");
     assert_eq!(last.live.empty_slabs, 0, "{last:?}");
     assert_empty(&mut heap, "a block larger than the region");
+}
+
+/// As a block larger than the region, a block whose alignment no place of
+/// the region has (`aligned_alloc(1 << 40, 16)`: 2 MiB at a 1 TiB boundary)
+/// gives no kept slab back: the host refuses it, and the classes keep
+/// their slabs (a review, 2026-12-07: each such call, a lane each, gave up
+/// to 64 emptied slabs back and asked twice).
+#[test]
+fn a_block_at_an_alignment_the_region_lacks_gives_no_slab_back() {
+    let (mut heap, before) = four_kept_slabs_at_the_limit();
+    let (base, len) = heap.region();
+    let align = (base + len).next_power_of_two() << 1;
+    let ptrs = buffer::<u64>(&heap, 2);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 2).seed(3),
+        aligned_only::Args {
+            ptrs: ptrs.kernel_ptr(),
+            size: 16,
+            align,
+        },
+    );
+    assert_eq!(read(&heap, &ptrs), [0, 0]);
+    let after = heap.stats().expect("stats");
+    assert_eq!(
+        after.live.empty_slabs, 4,
+        "kept slabs given back: {after:?}"
+    );
+    assert_eq!(
+        after.traffic.slabs_to_provider, before.traffic.slabs_to_provider,
+        "{after:?}"
+    );
+    // Asked once each, not twice.
+    assert_eq!(after.rpc.allocs - before.rpc.allocs, 2, "{after:?}");
+    assert_empty(&mut heap, "a block at an alignment the region lacks");
 }

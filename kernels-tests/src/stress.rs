@@ -997,6 +997,17 @@ kernel! {
 }
 
 kernel! {
+    /// Each thread takes `aligned_alloc(align, size)` and stores the
+    /// address in `ptrs[thread]` (0 when null).
+    pub fn aligned_only(ptrs: *mut u64, size: u32, align: u64) {
+        let me = simt::global_thread_id() as usize;
+        let p = aligned_alloc(align as usize, size as usize);
+        // SAFETY: the host gave a word per thread.
+        unsafe { ptrs.add(me).write(p.expose_provenance() as u64) };
+    }
+}
+
+kernel! {
     /// The free path alone: each thread frees `ptrs[thread]` (0: nothing).
     pub fn free_only(ptrs: *const u64) {
         let me = simt::global_thread_id() as usize;

@@ -580,7 +580,7 @@ impl DeviceHeap {
     #[inline(never)]
     fn allocate_large(&self, bytes: u64, align: u64) -> u64 {
         let mut addr = self.system_allocate(bytes, align);
-        if addr == 0 && self.give_back_empties(bytes) != 0 {
+        if addr == 0 && self.give_back_empties(bytes, align) != 0 {
             // Memory pressure: the classes' emptied slabs went back to the
             // host, which may now have the run it lacked.
             addr = self.system_allocate(bytes, align);
@@ -618,13 +618,22 @@ impl DeviceHeap {
     /// `bytes` was refused): classes keep their emptied slabs while memory
     /// lasts, and this is where they stop keeping them. At most `GIVE_BACK`
     /// slabs, as `trim` would: the granule table forgets each, its slot is
-    /// emptied. Returns how many went back: none for a block larger than
-    /// the region, for which no slab given back makes room
-    /// (`malloc(1 << 50)` once flushed the classes' kept slabs; it still
-    /// asked the host, which records the refusal and its advice).
+    /// emptied. Returns how many went back: none for a block that no
+    /// place of the region holds at its alignment, for which no slab given
+    /// back makes room (`malloc(1 << 50)` once flushed the classes' kept
+    /// slabs, and so did `aligned_alloc(1 << 40, 16)`, whose 2 MiB fit
+    /// but not at a 1 TiB boundary; it still asked the host, which records
+    /// the refusal and its advice).
     #[cold]
-    fn give_back_empties(&self, bytes: u64) -> u32 {
-        if bytes > self.region().1 {
+    fn give_back_empties(&self, bytes: u64, align: u64) -> u32 {
+        let (base, len) = self.region();
+        // The region's first place at `align` (a power of two), and whether
+        // the block ends inside the region from there.
+        let first = base.checked_next_multiple_of(align);
+        let fits = first
+            .and_then(|at| at.checked_add(bytes))
+            .is_some_and(|end| end <= base.saturating_add(len));
+        if !fits {
             return 0;
         }
         let mut given = 0;
