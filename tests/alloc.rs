@@ -10,7 +10,7 @@ use support::{
     assert_clean, assert_empty, buffer, errors, free_with, heap, malloc_sizes_with, read, run,
     stats,
 };
-use warpalloc::{Heap, HeapStats};
+use warpalloc::{Heap, HeapConfig, HeapStats};
 use warpalloc_device::event::Event;
 use warpalloc_device::sim::{Convergence, LaunchConfig, LaunchStats, Timing, seeds};
 use warpalloc_device::size_class::{SLAB_SIZE, block_size, class_index, geometry};
@@ -665,6 +665,40 @@ fn realloc_keeps_contents_and_calloc_zeroes() {
         assert_eq!((s.allocs, s.nulls), (2 * 3 * 64, 0), "{context}: {s:?}");
     }
     assert_empty(&mut heap, "resize");
+}
+
+/// Under a memory cap, every null the heap counts (`out_of_memory`) is one a
+/// kernel saw: `resize`'s shrink to 24 bytes that finds no memory to move
+/// to keeps its block (no null), and is not counted as one (it was, until
+/// 2026-12-07: the stats and the out-of-memory snapshot reported nulls no
+/// kernel had; a review).
+#[test]
+fn a_shrink_kept_in_place_is_no_null() {
+    // Without the fix each of these counted 20 to 60 nulls more than the
+    // kernel saw (seeds 1 to 3 at 2 to 15 slabs all did).
+    for (seed, slabs) in [(1u64, 3u64), (2, 8), (3, 10)] {
+        let mut heap = support::heap_with(HeapConfig {
+            reserve: Some(64 * SLAB_SIZE),
+            limit: Some(slabs * SLAB_SIZE),
+            slots: 64,
+            ..HeapConfig::default()
+        });
+        let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+        run(
+            &mut heap,
+            &LaunchConfig::linear(2, 32).seed(seed),
+            resize::Args {
+                stats: stats_buf.kernel_ptr(),
+                max: 3 << 20,
+            },
+        );
+        let s = stats(&heap, &stats_buf);
+        let e = errors(&heap);
+        let context = format!("resize at {slabs} slabs, seed {seed}: {s:?} {e:?}");
+        assert_eq!((s.corrupt, s.broken), (0, 0), "{context}");
+        assert_eq!(e.out_of_memory, s.nulls, "{context}");
+        assert_empty(&mut heap, &context);
+    }
 }
 
 #[test]

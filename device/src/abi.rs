@@ -630,6 +630,14 @@ impl ClassCounters {
         }
     }
 
+    /// A null of `class` that [`ClassCounters::refused`] counted and no
+    /// caller saw (a shrinking `realloc` kept its block instead).
+    pub(crate) fn forgive(&self, class: usize) {
+        if let Some(nulls) = self.nulls.get(class) {
+            nulls.fetch_sub(1);
+        }
+    }
+
     /// A large block of `bytes` was handed out.
     pub(crate) fn large(&self, bytes: u64) {
         self.peak_large_bytes

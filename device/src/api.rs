@@ -17,7 +17,7 @@
 //! | `calloc(n, size)` with `n · size` overflowing | null |
 //! | `realloc(null, n)` | `malloc(n)` |
 //! | `realloc(p, 0)` | frees `p`, returns null |
-//! | `realloc(p, n)`, `n` at most `usable_size(p)`, no memory for a smaller block | `p` (it stays in place; a shrink never returns null) |
+//! | `realloc(p, n)`, `n` at most `usable_size(p)`, no memory for a smaller block | `p` (it stays in place; a shrink never returns null, and counts no null) |
 //! | `realloc` of a pointer that is not a live allocation (never handed out, or freed) | null; counted as an invalid free; nothing freed |
 //! | `usable_size` of a pointer that is not a live allocation (a freed block, a pointer into a block's middle) | 0 |
 //!
@@ -182,8 +182,13 @@ pub unsafe fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
     let moved = malloc(size);
     if moved.is_null() {
         // A shrink that found no memory to move to keeps the block where it
-        // is (the smaller size fits): a shrinking `realloc` never fails.
-        return if size64 <= usable { ptr } else { moved };
+        // is (the smaller size fits): a shrinking `realloc` never fails, and
+        // its null is no null a kernel saw.
+        if size64 <= usable {
+            heap.forgive_null(size64);
+            return ptr;
+        }
+        return moved;
     }
     // SAFETY: both are live allocations of at least the copied length, and
     // distinct (`moved` is fresh).
