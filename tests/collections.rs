@@ -12,7 +12,7 @@ use support::{buffer, run, stats};
 use warpalloc::HeapConfig;
 use warpalloc_device::WarpAlloc;
 use warpalloc_device::sim::{LaunchConfig, seeds};
-use warpalloc_kernels_tests::collections::collections;
+use warpalloc_kernels_tests::collections::{collections, panic_when_full};
 use warpalloc_kernels_tests::stress::STATS_WORDS;
 
 #[global_allocator]
@@ -138,6 +138,48 @@ fn a_vec_in_a_kernel_of_an_unlinked_module_ends_the_program_naming_the_fix() {
             && stderr.contains("heap.link(&module)")
             && stderr.contains("kernel `collections`, block (0, 0, 0) thread ("),
         "{stderr}"
+    );
+}
+
+/// A lane that panics while its heap is exhausted has its panic reported by
+/// the launch: the message and payload go to the system allocator. Until
+/// 2026-12-07 they asked the exhausted heap, got null, and the process
+/// aborted with the message lost (a review). In a child process, since
+/// the bug was an abort.
+#[test]
+fn a_lane_that_panics_in_an_exhausted_heap_fails_its_launch_with_the_message() {
+    const CHILD: &str = "WARPALLOC_PANIC_FULL_CHILD";
+    const NAME: &str = "a_lane_that_panics_in_an_exhausted_heap_fails_its_launch_with_the_message";
+    if support::is_child(CHILD) {
+        let mut heap = support::heap_with(HeapConfig {
+            limit: Some(4 << 20),
+            slots: 64,
+            ..HeapConfig::default()
+        });
+        let out = buffer::<u64>(&heap, 1);
+        *heap.launcher_mut().expect("a launcher").simulator_config() = LaunchConfig::linear(1, 1);
+        // SAFETY: `out` holds the kernel's one word and outlives the launch.
+        let launched = unsafe {
+            heap.launch(
+                (1, 1, 1),
+                (1, 1, 1),
+                panic_when_full::Args {
+                    out: out.kernel_ptr(),
+                },
+            )
+        };
+        let text = launched.err().map(|e| e.to_string()).unwrap_or_default();
+        println!("the child's launch returned: {text}");
+        return;
+    }
+    let out = support::run_child(NAME, CHILD);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the child ended: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains("the child's launch returned")
+            && stdout.contains("the heap was full after 2 blocks of 1 MiB"),
+        "{stdout}\n{stderr}"
     );
 }
 

@@ -226,6 +226,17 @@ unsafe impl GlobalAlloc for WarpAlloc {
         if !SERVED.load(core::sync::atomic::Ordering::Relaxed) {
             SERVED.store(true, core::sync::atomic::Ordering::Relaxed);
         }
+        // A panicking lane's allocations (its message, its payload) go to
+        // the system allocator, as an unlinked lane's do: from an
+        // exhausted heap they were null, and the process aborted
+        // (`handle_alloc_error`) with the panic's message lost (a review,
+        // 2026-12-07). They are freed there too: no heap's region holds
+        // them.
+        #[cfg(not(target_arch = "nvptx64"))]
+        if std::thread::panicking() {
+            // SAFETY: forwarded from our caller.
+            return unsafe { std::alloc::System.alloc(layout) };
+        }
         match heap() {
             Some(heap) => {
                 let ptr = heap.allocate(
@@ -236,7 +247,7 @@ unsafe impl GlobalAlloc for WarpAlloc {
                 // `Vec`/`Box` end the program on null: say where and why
                 // first (the simulator's lanes only; a GPU traps).
                 #[cfg(not(target_arch = "nvptx64"))]
-                if ptr.is_null() && warpalloc_sim::in_launch() && !std::thread::panicking() {
+                if ptr.is_null() && warpalloc_sim::in_launch() {
                     report(layout.size(), Some(heap));
                 }
                 ptr
@@ -244,11 +255,11 @@ unsafe impl GlobalAlloc for WarpAlloc {
             // A lane of a launch with no heap: null, which makes `Vec` or
             // `Box` end the program as a GPU's trap would, after saying why
             // (an allocator must not unwind, so no panic here). Not while
-            // the lane panics: the panic's own message and payload (an
-            // unlinked `malloc`'s, say) go to the system allocator, so that
-            // the launch reports it.
+            // the lane panics (above): the panic's own message and payload
+            // (an unlinked `malloc`'s, say) go to the system allocator, so
+            // that the launch reports it.
             #[cfg(not(target_arch = "nvptx64"))]
-            None if warpalloc_sim::in_launch() && !std::thread::panicking() => {
+            None if warpalloc_sim::in_launch() => {
                 report(layout.size(), None);
                 core::ptr::null_mut()
             }

@@ -67,3 +67,18 @@ kernel! {
         }
     }
 }
+
+kernel! {
+    /// Takes 1 MiB blocks until the heap has none (keeping them), then
+    /// panics with a formatted message, whose text and payload the panic
+    /// allocates while the heap is exhausted. `out[0]`: the blocks taken.
+    pub fn panic_when_full(out: *mut u64) {
+        let mut taken = 0u64;
+        while !warpalloc_device::malloc(1 << 20).is_null() {
+            taken += 1;
+        }
+        // SAFETY: the host gave `out` a word.
+        unsafe { out.write(taken) };
+        panic!("the heap was full after {taken} blocks of 1 MiB");
+    }
+}
