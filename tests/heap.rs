@@ -312,6 +312,42 @@ fn thousands_of_pings_from_many_warps_each_answered_once() {
     }
 }
 
+/// Lanes of one warp that send different requests in one call each get
+/// their own answer: a port carries one opcode, so `Client::call` sends
+/// each opcode's lanes on a port of their own. It once sent every lane
+/// under the leader's opcode: a lane's `Free` beside a `Ping` was read as
+/// a `Ping` (a review, 2026-12-07).
+#[test]
+fn lanes_of_one_call_with_different_requests_each_get_their_answer() {
+    use warpalloc_kernels_tests::rpc::rpc_mixed;
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let ports = 16u32;
+    let mut heap = heap_with(HeapConfig {
+        ports: Some(ports),
+        ..HeapConfig::default()
+    });
+    let locks = buffer::<u32>(&heap, 1);
+    let stats_buf = buffer::<u64>(&heap, 2);
+    let mailbox = std::ptr::with_exposed_provenance_mut(heap.device_ports() as usize);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(2, 64).seed(9),
+        rpc_mixed::Args {
+            ports: mailbox,
+            port_count: ports,
+            locks: locks.kernel_ptr(),
+            stats: stats_buf.kernel_ptr(),
+        },
+    );
+    assert_eq!(read(&heap, &stats_buf), [0, 128], "wrong answers");
+    let rpc = heap.stats().unwrap().rpc;
+    assert_eq!((rpc.pings, rpc.frees), (64, 64), "{rpc:?}");
+    assert!(
+        read(&heap, &locks).iter().all(|&w| w == 0),
+        "a port left locked"
+    );
+}
+
 /// The PTX with `WARPALLOC_HEAP_LAYOUT`'s initialiser or `WARPALLOC_HEAP`'s
 /// size changed by `edit`.
 fn edited_ptx(edit: impl Fn(&str) -> String) -> String {

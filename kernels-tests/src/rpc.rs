@@ -3,9 +3,9 @@
 
 use warpalloc_device::kernel;
 use warpalloc_device::rpc::Client;
-use warpalloc_device::rpc::wire::{LANE_WORDS, Port, Reply, Request};
+use warpalloc_device::rpc::wire::{LANE_WORDS, Port, Reply, Request, Status};
 use warpalloc_device::simt;
-use warpalloc_device::sync::{AtomicU32, AtomicU64};
+use warpalloc_device::sync::{AtomicU32, AtomicU64, Ordering};
 
 kernel! {
     /// Each thread makes `rounds` PING calls with payloads unique to it and
@@ -39,5 +39,45 @@ kernel! {
             }
             calls.fetch_add(1);
         }
+    }
+}
+
+kernel! {
+    /// Lanes of one call with different requests: even lanes PING (their
+    /// answer checked, as in `rpc_ping`), odd lanes free an address the
+    /// host never gave out (8, 8 bytes: its answer must be `BadRequest`).
+    /// Mismatches in `stats[0]`, calls in `stats[1]`.
+    pub fn rpc_mixed(ports: *mut Port, port_count: u32, locks: *mut u32, stats: *mut u64) {
+        let words = port_count.div_ceil(32) as usize;
+        // SAFETY: as in `rpc_ping`.
+        let (locks, bad, calls) = unsafe {
+            (
+                core::slice::from_raw_parts(locks as *const AtomicU32, words),
+                AtomicU64::from_ptr(stats),
+                AtomicU64::from_ptr(stats.wrapping_add(1)),
+            )
+        };
+        // SAFETY: as in `rpc_ping`.
+        let client = unsafe { Client::new(ports, port_count, locks) };
+        let me = simt::global_thread_id();
+        let args: [u64; LANE_WORDS] = core::array::from_fn(|i| (me << 24) ^ i as u64);
+        let ping = simt::lane_id().is_multiple_of(2);
+        let request = if ping {
+            Request::Ping { words: args }
+        } else {
+            Request::Free { addr: 8, bytes: 8 }
+        };
+        let (words, status) = client.call(simt::activemask(), &request, |buffer| {
+            (Reply::read_ping(buffer), Status::from_raw(buffer[0].load(Ordering::Relaxed)))
+        });
+        let right = if ping {
+            words == args.map(|w| !w)
+        } else {
+            status == Status::BadRequest
+        };
+        if !right {
+            bad.fetch_add(1);
+        }
+        calls.fetch_add(1);
     }
 }

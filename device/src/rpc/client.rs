@@ -180,15 +180,19 @@ impl<'a> Client<'a> {
         warpalloc_sim::wait_on_host(false);
     }
 
-    /// Sends each lane's `request` (all of one opcode) and waits for the
-    /// answer; every lane of `lane_mask` calls together and reads its own
-    /// reply with `read` before the port is given up.
+    /// Sends each lane's `request` and waits for the answer; every lane of
+    /// `lane_mask` calls together and reads its own reply with `read`
+    /// before the port is given up. A port carries one opcode (its
+    /// header's), so the lanes of each opcode send on a port of their own:
+    /// a lane's `Free` sent beside another's `Alloc` was read as an
+    /// `Alloc` of its address (a review, 2026-12-07).
     pub fn call<R>(
         &self,
         lane_mask: u32,
         request: &Request,
         read: impl FnOnce(&[SysAtomicU64; LANE_WORDS]) -> R,
     ) -> R {
+        let lane_mask = simt::match_any_u32(lane_mask, request.opcode() as u32);
         let index = self.lock(lane_mask);
         let flip = self.send_on(lane_mask, index, request);
         let port = self.port(index);
