@@ -47,7 +47,7 @@ static WOKEN: AtomicBool = AtomicBool::new(false);
 /// What answers a mailbox's requests, one lane's at a time. Its second
 /// argument serves the `Free`s pending on the mailbox's other ports and
 /// says whether there were any: what a handler about to refuse an `Alloc`
-/// calls first ([`serve_frees`]).
+/// calls first (`serve_frees`).
 pub type Handler = dyn Fn(Request, &mut dyn FnMut() -> bool) -> Reply + Send + Sync;
 
 /// One served mailbox.
