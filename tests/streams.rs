@@ -212,6 +212,36 @@ fn a_module_of_another_context_is_refused() {
     ));
 }
 
+/// A function of one context launched on another context's stream is
+/// refused, as CUDA refuses it: the launch would run with the first
+/// context's heap while only the second context knew it ran, so the heap's
+/// drop, which waits for its own context's work, freed the memory under
+/// the kernel (a review, 2026-12-07).
+#[test]
+fn a_function_launched_on_another_contexts_stream_is_refused() {
+    let (_ctx, module, heap) = setup();
+    let churn = module.load_function("alloc_free").expect("alloc_free");
+    let ctx2 = CudaContext::new(KERNELS).expect("context");
+    let stream = ctx2.new_stream().expect("stream");
+    let mut stats = stream.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
+    let (size, rounds) = (64u32, 2u32);
+    // SAFETY: the kernel's STATS_WORDS words of stats (it is refused).
+    let launched = unsafe {
+        stream
+            .launch_builder(&churn)
+            .arg(&mut stats)
+            .arg(&size)
+            .arg(&rounds)
+            .launch(grid(1, 32))
+    };
+    assert!(
+        matches!(launched, Err(HostError::WrongDevice(_))),
+        "{launched:?}"
+    );
+    stream.synchronize().expect("nothing ran");
+    drop(heap);
+}
+
 #[test]
 fn the_default_stream_is_one_stream_and_keeps_no_context_alive() {
     let ctx = CudaContext::new(KERNELS).expect("context");

@@ -552,6 +552,15 @@ impl LaunchArgs<'_> {
     /// As for a CUDA launch: the parameters must be valid for the kernel
     /// (pointers to memory large enough for what it does) until it ends.
     pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), HostError> {
+        // As CUDA: a function of one context runs on that context's streams
+        // only. The job is counted in the stream's context, which a heap of
+        // the function's context does not wait for before it frees its
+        // memory (a review, 2026-12-07: a use after free).
+        if !Arc::ptr_eq(&self.stream.ctx, &self.func.module.ctx) {
+            return Err(HostError::WrongDevice(
+                "a function of one context launched on another context's stream",
+            ));
+        }
         let entry = self.func.entry;
         let sizes: Vec<usize> = self.params.iter().map(Vec::len).collect();
         if let Err(e) = entry.check_params(&sizes) {
