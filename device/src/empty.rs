@@ -26,7 +26,9 @@
 //! after the second, so when no one is between those steps, `count` equals
 //! the set bits (checked by `DeviceHeap::check`).
 
-use crate::guard::{TAKE_CLEARS_BY_STORE, planted};
+use crate::guard::{
+    MARK_WITHOUT_RELEASE, TAKE_CLEARS_BY_STORE, TAKE_MARK_WITHOUT_ACQUIRE, planted,
+};
 use crate::index::wrap;
 use crate::simt::Scope;
 use crate::sync::{AtomicU32, Ordering, SharedArray, fence};
@@ -69,11 +71,14 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
     pub fn mark(&self, slot: u32) {
         let bit = 1u32 << (slot % 32);
         let word = slot / 32;
-        // ORDERING: release (gpu): the release that took the slab's count
-        // to zero happens-before a taker's reclaim of it (pairs with the
-        // acquire fence in `take`): a taker that sees this bit must not find
-        // an older, non-zero count, fail, and consume the mark.
-        fence(Ordering::Release, Scope::Gpu);
+        if !planted(MARK_WITHOUT_RELEASE) {
+            // ORDERING: release (gpu): the release that took the slab's
+            // count to zero happens-before a taker's reclaim of it (pairs
+            // with the acquire fence in `take`): a taker that sees this bit
+            // must not find an older, non-zero count, fail, and consume
+            // the mark.
+            fence(Ordering::Release, Scope::Gpu);
+        }
         if self.words.get(word as usize).fetch_or(bit) & bit == 0 {
             self.count.add(1);
         }
@@ -119,10 +124,12 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
                     word.fetch_and(!bit)
                 };
                 if before & bit != 0 {
-                    // ORDERING: acquire (gpu): pairs with the release fence
-                    // in `mark`: the marker's zero count is visible to our
-                    // reclaim.
-                    fence(Ordering::Acquire, Scope::Gpu);
+                    if !planted(TAKE_MARK_WITHOUT_ACQUIRE) {
+                        // ORDERING: acquire (gpu): pairs with the release
+                        // fence in `mark`: the marker's zero count is
+                        // visible to our reclaim.
+                        fence(Ordering::Acquire, Scope::Gpu);
+                    }
                     self.count.fetch_sub(1);
                     return Some(at * 32 + bit.trailing_zeros());
                 }

@@ -222,10 +222,10 @@ pub mod plant {
     /// No bug.
     pub const NONE: u32 = 0;
     pub use super::{
-        LOCK_WITHOUT_ACQUIRE, POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, PUBLISH_BY_ADD,
-        PUBLISH_WITHOUT_RELEASE, RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT,
+        LOCK_WITHOUT_ACQUIRE, MARK_WITHOUT_RELEASE, POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG,
+        PUBLISH_BY_ADD, PUBLISH_WITHOUT_RELEASE, RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT,
         RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE, TAKE_CLEARS_BY_STORE,
-        UNTAGGED_AS_CLASS_ZERO,
+        TAKE_MARK_WITHOUT_ACQUIRE, UNTAGGED_AS_CLASS_ZERO,
     };
 
     /// Plants `bug` (or `NONE`) for the models that run next.
@@ -281,6 +281,15 @@ pub const PUBLISH_BY_ADD: u32 = 10;
 /// creation of its own class as another's and goes on to claim a slot of
 /// its own while the creation would have served it.
 pub const UNTAGGED_AS_CLASS_ZERO: u32 = 11;
+/// Planted bug: the empty-slot bitmap's `mark` sets its bit without the
+/// release fence, so a taker that sees the bit can read the count from
+/// before the release that emptied the slab, fail to reclaim it, and use
+/// the mark up: the slab stays empty and unmarked.
+pub const MARK_WITHOUT_RELEASE: u32 = 12;
+/// Planted bug: the empty-slot bitmap's `take` clears a mark without the
+/// acquire fence after it, with the same outcome as
+/// [`MARK_WITHOUT_RELEASE`].
+pub const TAKE_MARK_WITHOUT_ACQUIRE: u32 = 13;
 
 /// Whether `bug` is planted (always false outside loom builds).
 #[inline(always)]
@@ -603,8 +612,11 @@ impl Guard {
             seen = now;
         }
         // ORDERING: acquire (gpu): pairs with the release fence in `vacate`:
-        // the previous occupant's takeover (its granule entry) happens-before
-        // our creation.
+        // what the reclaimer wrote before it emptied the slot happens-before
+        // our creation. Today it writes nothing there (the slab's granule
+        // entry is written later, by the build that uses it or by
+        // `forget_slab`; a review, 2026-12-07): the pair keeps a write
+        // added before `vacate` ordered, at a fence per claim.
         fence(Ordering::Acquire, Scope::Gpu);
         true
     }
@@ -732,9 +744,9 @@ impl Guard {
 
     /// Empties the slot after its slab was reclaimed.
     pub fn vacate(&self) {
-        // ORDERING: release (gpu): the reclaim's writes (granule table)
-        // happen-before a later claim of this slot; pairs with the acquire
-        // fence of `claim`.
+        // ORDERING: release (gpu): what the reclaimer wrote before this
+        // happens-before a later claim of this slot; pairs with the acquire
+        // fence of `claim` (nothing today: see there).
         fence(Ordering::Release, Scope::Gpu);
         // A swap, not a store: see `abandon`.
         self.word.swap(0);

@@ -55,11 +55,11 @@ const MIRI_FLAGS: &str = "-Zmiri-permissive-provenance -Zmiri-disable-isolation"
 const MIRI_PROPTEST_CASES: &str = "16";
 
 /// The loom job: each entry is one `cargo test --release --target-dir
-/// target/loom ARGS` run with `RUSTFLAGS="--cfg loom"`. Unit-test models are
-/// the lib's tests named `*loom*`; integration-test models live in a `loom`
-/// test target (`device/tests/loom.rs`, `#![cfg(loom)]`).
+/// target/loom ARGS` run with `RUSTFLAGS="--cfg loom"`. The models live in
+/// test targets of their own (`device/tests/loom.rs`, `loom_rpc.rs`,
+/// `#![cfg(loom)]`). (A run of the lib's tests named `*loom*` ran none:
+/// there are none; a review, 2026-12-07.)
 const LOOM_RUNS: &[&[&str]] = &[
-    &["-p", "warpalloc-device", "--lib", "--", "loom"],
     &["-p", "warpalloc-device", "--test", "loom"],
     &["-p", "warpalloc-device", "--test", "loom_rpc"],
 ];

@@ -1607,10 +1607,14 @@ impl DeviceHeap {
                 continue;
             };
             // The slab is ours: no reference to it exists, and the slot's
-            // count is dead. The granule table still names its old slot (a
-            // stale free finds that slot empty, being created or holding
-            // another slab, and counts a double free) until our publication
-            // names the new one.
+            // count is dead. The granule table still names its old slot
+            // until our publication names the new one: a stale free finds
+            // that slot empty, being created or holding another slab, and
+            // counts a double free — unless the slab is taken over in
+            // place (`take_over`: the slot publishes it again, maybe for
+            // another class), where a stale free of a block handed out
+            // again is the reuse no allocator without a tag per allocation
+            // can tell (`api`'s table).
             if vacate {
                 guard.vacate();
             }

@@ -97,7 +97,9 @@ impl HostEmulated {
     /// Maps a new (or spare) physical granule at `addr`: host memory with
     /// `host`.
     fn map_new(&mut self, addr: u64, host: bool) -> Result<(), BackingError> {
-        if !self.inside(addr) || self.mapped.contains_key(&addr) {
+        // An alias (`remap`'s old address) is mapped too, to its owner's
+        // granule.
+        if !self.inside(addr) || self.mapped.contains_key(&addr) || self.aliases.contains(&addr) {
             return Err(BackingError::BadRequest(format!("map {addr:#x}")));
         }
         let physical = self.new_granule(host)?;
@@ -131,7 +133,11 @@ impl Backing for HostEmulated {
         if self.reservation.is_some() {
             return Err(BackingError::BadRequest("reserved twice".into()));
         }
-        let bytes = bytes.div_ceil(GRANULE) * GRANULE;
+        let bytes = bytes
+            .div_ceil(GRANULE)
+            .checked_mul(GRANULE)
+            .filter(|&b| b > 0)
+            .ok_or_else(|| BackingError::BadRequest(format!("reserve {bytes} bytes")))?;
         let base = os::reserve(bytes)?;
         self.reservation = Some((base, bytes));
         Ok(base)
@@ -303,8 +309,10 @@ mod os {
     /// A `PROT_NONE` range of `bytes` (a multiple of [`GRANULE`]) aligned to
     /// [`GRANULE`].
     pub fn reserve(bytes: u64) -> Result<u64, BackingError> {
-        let over = usize::try_from(bytes + GRANULE)
-            .map_err(|_| BackingError::BadRequest("reservation too large".into()))?;
+        let over = bytes
+            .checked_add(GRANULE)
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| BackingError::BadRequest("reservation too large".into()))?;
         // SAFETY: an anonymous reservation chosen by the kernel; nothing is
         // touched.
         let raw = unsafe {
@@ -498,6 +506,28 @@ mod tests {
         b.unmap(base).expect("the retry");
         assert_eq!((b.spares.len(), b.calls().unmaps), (1, 1));
         assert!(!b.mapped.contains_key(&base));
+    }
+
+    /// A reservation whose size overflows (or is 0) is refused, not wrapped
+    /// to a reservation of 0 bytes reported as made; an alias's address is
+    /// no place for a new granule (a review, 2026-12-07).
+    #[test]
+    fn bad_reservations_and_a_map_over_an_alias_are_refused() {
+        for bytes in [0, u64::MAX, u64::MAX - GRANULE + 1] {
+            let mut b = HostEmulated::new(8 * GRANULE).expect("emulated device");
+            assert!(
+                matches!(b.reserve(bytes), Err(BackingError::BadRequest(_))),
+                "{bytes}"
+            );
+        }
+        let mut b = HostEmulated::new(8 * GRANULE).expect("emulated device");
+        let base = b.reserve(4 * GRANULE).expect("reserve");
+        b.map(base).expect("map");
+        b.remap(base, base + GRANULE).expect("remap");
+        assert!(matches!(b.map(base), Err(BackingError::BadRequest(_))));
+        b.unmap(base).expect("the alias unmapped");
+        b.unmap(base + GRANULE).expect("the owner unmapped");
+        b.free_reservation().expect("free");
     }
 
     /// Freeing the reservation tries every granule: one that stays mapped
