@@ -1166,6 +1166,16 @@ fn a_heap_warmed_up_from_a_profile_launches_warm() {
         let primed = warmed_up(case, 0x3a4d ^ i as u64);
         println!("{case} warmed up: {}", primed.line());
         failures.push_str(&primed.failures(case, &format!("{case} warmed up"), &WARM));
+        // The profile's slabs served it: at most a slab from the host (a
+        // race of the launch's groups may make one more than the profiled
+        // launch did; 0 in five cases, 1 at 1 KiB, on 2026-12-07), as
+        // `tests/heap.rs`'s own warm-up test holds it.
+        if primed.from_host > 1 {
+            failures.push_str(&format!(
+                "{case} warmed up: {} slabs from the host\n",
+                primed.from_host
+            ));
+        }
     }
     assert!(failures.is_empty(), "{failures}");
 }

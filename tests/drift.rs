@@ -187,6 +187,12 @@ fn an_aged_heap_allocates_as_fast_as_a_fresh_one() {
             r.slabs
         );
         assert!(r.peak_mapped <= r.slabs * SLAB_SIZE, "{r:?}");
+        // Floors, so that a run that mapped nothing cannot pass the
+        // ceilings above: the live bytes were in mapped slabs.
+        assert!(
+            r.slabs > 0 && r.mapped_per_live() >= 1.0,
+            "live bytes beyond the mapped: {r:?}"
+        );
     }
 }
 
@@ -201,6 +207,15 @@ fn an_aged_heap_maps_no_more_per_live_byte() {
         "peak mapped ÷ peak live {:.2} after {LONG} rounds: {aged:?}",
         aged.mapped_per_live()
     );
+    // A floor: the live bytes were in mapped memory (nothing spills here),
+    // so that a run that mapped nothing, or a region that counted no peak
+    // for its large runs, cannot pass the ceiling.
+    for r in [&fresh, &aged] {
+        assert!(
+            r.mapped_per_live() >= 1.0,
+            "peak mapped below peak live: {r:?}"
+        );
+    }
 }
 
 #[test]

@@ -130,7 +130,7 @@ fn planted_flip_before_release_is_caught() {
 }
 
 #[test]
-#[should_panic(expected = "not written yet")]
+#[should_panic(expected = "client read a reply not written yet")]
 fn planted_reply_without_release_is_caught() {
     model(plant::RPC_REPLY_WITHOUT_RELEASE);
 }

@@ -291,9 +291,12 @@ fn check_sequence(ops: Vec<Op>, spill: bool, limits: (u64, u64)) -> Result<(), T
     // Spilling, the limit is lower: runs go to host memory past it.
     let limit = if spill { limits.0 } else { limits.1 } * GRANULE;
     let mut r = spilling_region(24, 64, Some(limit), 0, spill);
-    // Each live run, and the tag byte at the start of each of its
-    // granules: a granule whose memory moved under a live run shows.
-    let mut live: Vec<(u64, u64)> = Vec::new();
+    // Each live run and the tag byte written at the start of each of its
+    // granules: a granule whose memory moved under a live run shows (the
+    // tag is the run's, kept here, not read back from the run: a run whose
+    // granules all changed, or a run of one granule, would agree with
+    // itself).
+    let mut live: Vec<(u64, u64, u8)> = Vec::new();
     let mut tag = 0u8;
     for op in ops {
         match op {
@@ -306,7 +309,7 @@ fn check_sequence(ops: Vec<Op>, spill: bool, limits: (u64, u64)) -> Result<(), T
                 if let Ok(a) = r.allocate(bytes, align) {
                     prop_assert_eq!(a % align, 0);
                     prop_assert!(a >= r.base() && a + bytes <= r.base() + r.len());
-                    for &(b, n) in &live {
+                    for &(b, n, _) in &live {
                         prop_assert!(a + bytes <= b || b + n <= a, "overlap");
                     }
                     tag = tag.wrapping_add(1);
@@ -314,11 +317,11 @@ fn check_sequence(ops: Vec<Op>, spill: bool, limits: (u64, u64)) -> Result<(), T
                         // SAFETY: a granule of the run just handed out.
                         unsafe { (g as *mut u8).write(tag) };
                     }
-                    live.push((a, bytes));
+                    live.push((a, bytes, tag));
                 }
             }
             Op::Free(i) if !live.is_empty() => {
-                let (a, b) = live.swap_remove(i % live.len());
+                let (a, b, _) = live.swap_remove(i % live.len());
                 prop_assert!(r.free(a, b).is_ok());
             }
             Op::Free(_) => {}
@@ -335,17 +338,15 @@ fn check_sequence(ops: Vec<Op>, spill: bool, limits: (u64, u64)) -> Result<(), T
                 );
             }
         }
-        for &(a, bytes) in &live {
-            // SAFETY: granules of a live run.
-            let first = unsafe { (a as *const u8).read() };
+        for &(a, bytes, tag) in &live {
             for g in (a..a + bytes).step_by(GRANULE as usize) {
-                // SAFETY: as above.
+                // SAFETY: a granule of a live run.
                 let byte = unsafe { (g as *const u8).read() };
-                prop_assert_eq!(byte, first, "a live run's bytes changed");
+                prop_assert_eq!(byte, tag, "a live run's bytes changed");
             }
         }
         let s = r.stats();
-        let in_use: u64 = live.iter().map(|&(_, b)| b).sum();
+        let in_use: u64 = live.iter().map(|&(_, b, _)| b).sum();
         prop_assert_eq!(s.in_use_bytes, in_use);
         prop_assert_eq!(s.live_runs, live.len() as u64);
         prop_assert_eq!(

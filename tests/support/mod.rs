@@ -96,6 +96,23 @@ pub fn assert_clean(stats: &Stats, errors: Errors, context: &str) {
     assert_eq!(errors.invalid_frees, 0, "{context}: {errors:?}");
 }
 
+/// The heap served what its launches so far asked for (a stress run's
+/// results could be right with the allocator bypassed): slabs from its
+/// provider, and large blocks too where `large`.
+#[track_caller]
+#[allow(dead_code)]
+pub fn assert_served(heap: &Heap, large: bool, context: &str) {
+    let t = heap.stats().expect("stats").traffic;
+    assert!(
+        t.slabs_from_provider > 0,
+        "{context}: no slab served: {t:?}"
+    );
+    assert!(
+        !large || t.large_allocations > 0,
+        "{context}: no large block served: {t:?}"
+    );
+}
+
 /// The heap's invariants hold, nothing is live, the region holds only the
 /// empty and pooled slabs, and after a trim only the pool stays mapped.
 #[track_caller]
