@@ -141,21 +141,45 @@ pub fn pattern_byte(owner: u32, seq: u32, i: usize) -> u8 {
     (mix(owner ^ mix(seq ^ mix(i as u32 >> 2))) >> (8 * (i & 3))) as u8
 }
 
+/// The step of a block's checked spans past its first 256 bytes: 256 B up
+/// to 64 KiB, 4 KiB above.
+#[inline(always)]
+fn span_step(size: usize) -> usize {
+    if size <= 64 << 10 { 256 } else { 4096 }
+}
+
 /// Offsets of a block that carry the pattern: every byte of the first 256,
-/// then 16 bytes at each 64 KiB, and the last 16. (A full write of a 3 MiB
-/// block would dominate a simulator run; these catch any overlap of two
-/// blocks, since every block's start is written.)
+/// then 16 bytes at each [`span_step`], and the last 16. (A full write of a
+/// 3 MiB block would dominate a simulator run.) Every block writes its
+/// first 256 bytes, so a block that starts inside one of up to 64 KiB, 256
+/// bytes or more before its end, covers one of its spans, and a check
+/// fails (the test `a_block_inside_another_is_seen`); in a larger block,
+/// only a block over one of its spans, 4 KiB apart, is seen. Until
+/// 2026-12-07 the spans were 64 KiB apart, and a block whose start fell in
+/// another's unchecked middle went unseen (a review).
 #[inline(always)]
 fn pattern_spans(size: usize, mut f: impl FnMut(usize, usize)) {
     let head = size.min(256);
     f(0, head);
-    let mut at = 64 << 10;
+    let step = span_step(size);
+    let mut at = step.max(256);
     while at + 16 <= size {
         f(at, 16);
-        at += 64 << 10;
+        at += step;
     }
     if size > 256 {
         f(size - 16.min(size - 256), 16.min(size - 256));
+    }
+}
+
+/// A checked byte near the middle of a block of `size` bytes (a span's
+/// first, or the head's): where a planted corruption is sure to be seen.
+#[inline(always)]
+pub fn checked_middle(size: usize) -> usize {
+    if size <= 256 {
+        size / 2
+    } else {
+        size / 2 / span_step(size) * span_step(size)
     }
 }
 
@@ -744,7 +768,7 @@ kernel! {
             unsafe { write_pattern(p, size, me, seq) };
             if corrupt_one_in != 0 && rng.below(corrupt_one_in) == 0 {
                 // SAFETY: inside our own block (size ≥ 16).
-                unsafe { *p.add(size / 2) ^= 0x5a };
+                unsafe { *p.add(checked_middle(size)) ^= 0x5a };
             }
             if keep_one_in != 0 && rng.below(keep_one_in) == 0 {
                 let (old, n, s) = kept[oldest % LONG_LIVED];
@@ -1068,6 +1092,62 @@ kernel! {
         if i < args.n {
             // SAFETY: the host passes `n` words at `out`.
             unsafe { args.out.add(i as usize).write(args.value + u64::from(i)) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_pattern, checked_middle, write_pattern};
+    use alloc::vec;
+
+    /// A block that starts inside another of up to 64 KiB, 256 bytes or
+    /// more before its end, is seen, written after it: its head (256
+    /// bytes, every one written) covers one of the first's spans, which
+    /// are 256 bytes apart, and one check fails — wherever it starts (every
+    /// 16 B, the blocks' alignment). (In a block above 64 KiB, whose spans
+    /// are 4 KiB apart, only a block over a span is.)
+    #[test]
+    #[cfg_attr(miri, ignore = "millions of byte checks; runs natively")]
+    fn a_block_inside_another_is_seen() {
+        for (first, second) in [
+            (512usize, 256usize),
+            (8192, 256),
+            (8192, 4096),
+            (65_536, 1024),
+            (4096, 65_536),
+        ] {
+            let mut memory = vec![0u8; first + second];
+            let base = memory.as_mut_ptr();
+            for offset in (16..=first - 256).step_by(16) {
+                // SAFETY: both blocks lie inside `memory`.
+                let seen = unsafe {
+                    write_pattern(base, first, 1, 1);
+                    write_pattern(base.add(offset), second, 2, 2);
+                    !check_pattern(base, first, 1, 1)
+                        || !check_pattern(base.add(offset), second, 2, 2)
+                };
+                assert!(
+                    seen,
+                    "a {second}-byte block at {offset} in a {first}-byte one"
+                );
+            }
+        }
+    }
+
+    /// A planted corruption's byte is one the check reads.
+    #[test]
+    #[cfg_attr(miri, ignore = "millions of byte checks; runs natively")]
+    fn a_planted_corruption_is_seen_at_every_size() {
+        for size in (16..70_000).step_by(7).chain([1 << 20, 3 << 20]) {
+            let mut memory = vec![0u8; size];
+            let p = memory.as_mut_ptr();
+            // SAFETY: `size` bytes of `memory`.
+            unsafe {
+                write_pattern(p, size, 3, 4);
+                *p.add(checked_middle(size)) ^= 0x5a;
+                assert!(!check_pattern(p, size, 3, 4), "{size}");
+            }
         }
     }
 }
