@@ -11,7 +11,9 @@ use warpalloc::emulated::{CudaContext, CudaModule, DevicePtr, LaunchConfig, Ptx,
 use warpalloc::{Heap, HeapConfig, HostError, KernelParam, WarpAlloc};
 use warpalloc_device::kernel::Entry;
 use warpalloc_kernels_tests::collections::collections;
-use warpalloc_kernels_tests::stress::{Fill, STATS_WORDS, Stats, alloc_free, fill_with};
+use warpalloc_kernels_tests::stress::{
+    Fill, STATS_WORDS, Stats, alloc_free, fill_with, free_only, malloc_only,
+};
 use warpalloc_tool::ptx::KERNELS_TESTS;
 
 /// `collections` uses `Vec` in the kernel: the program's global allocator
@@ -20,7 +22,8 @@ use warpalloc_tool::ptx::KERNELS_TESTS;
 static GLOBAL: WarpAlloc = WarpAlloc;
 
 /// The kernels this program launches by name.
-const KERNELS: &[Entry] = warpalloc_device::kernels![alloc_free, collections, fill_with];
+const KERNELS: &[Entry] =
+    warpalloc_device::kernels![alloc_free, collections, fill_with, malloc_only, free_only];
 
 fn config() -> HeapConfig {
     HeapConfig {
@@ -114,11 +117,53 @@ fn launches_on_one_stream_run_in_order_and_report_errors_at_synchronize() {
         .expect("launch");
     }
     let words = s.memcpy_dtov(&st).expect("read");
-    assert_eq!(
-        words[0],
-        3 * 32 * 2,
-        "three launches, in order, all counted"
+    assert_eq!(words[0], 3 * 32 * 2, "three launches, all counted");
+    // In order: a launch that frees what the launch queued before it took.
+    // Out of order, the frees would find no pointer and the blocks stay
+    // live.
+    let take = module.load_function("malloc_only").expect("malloc_only");
+    let give = module.load_function("free_only").expect("free_only");
+    let mut ptrs = s.alloc_zeros::<u64>(32).expect("buffer");
+    // SAFETY: a word per thread.
+    unsafe {
+        s.launch_builder(&take)
+            .arg(&mut ptrs)
+            .arg(&48u32)
+            .launch(grid(1, 32))
+            .expect("launch malloc_only");
+        s.launch_builder(&give)
+            .arg(&mut ptrs)
+            .launch(grid(1, 32))
+            .expect("launch free_only");
+    }
+    s.synchronize().expect("both ran");
+    assert!(
+        s.memcpy_dtov(&ptrs).expect("read").iter().all(|&p| p != 0),
+        "malloc_only served every thread"
     );
+    let live = heap.stats().expect("stats").live;
+    assert_eq!(live.live_allocations(), 0, "the frees ran first: {live:?}");
+    // An error of a launch that was queued comes at the next synchronise:
+    // a kernel of a module no heap serves, whose malloc fails its launch.
+    let unlinked = ctx
+        .load_module(Ptx::from_src(KERNELS_TESTS))
+        .expect("a module left unlinked");
+    let orphan = unlinked.load_function("alloc_free").expect("alloc_free");
+    // SAFETY: STATS_WORDS words of stats.
+    unsafe {
+        s.launch_builder(&orphan)
+            .arg(&mut st)
+            .arg(&64u32)
+            .arg(&2u32)
+            .launch(grid(1, 32))
+    }
+    .expect("queued: the error comes later");
+    let failed = s.synchronize();
+    assert!(
+        matches!(&failed, Err(e) if e.to_string().contains("heap.link")),
+        "{failed:?}"
+    );
+    s.synchronize().expect("the error was reported once");
     // A launch with a missing parameter is refused when it is built.
     // SAFETY: refused before it runs.
     let refused = unsafe { s.launch_builder(&churn).arg(&mut st).launch(grid(1, 32)) };
