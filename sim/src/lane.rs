@@ -26,6 +26,7 @@ pub(crate) enum Kind {
     MatchAny,
     Shfl { src_lane: u32 },
     Syncwarp,
+    ReduceOr,
 }
 
 impl Kind {
@@ -35,6 +36,7 @@ impl Kind {
             Kind::MatchAny => "match_any",
             Kind::Shfl { .. } => "shfl",
             Kind::Syncwarp => "syncwarp",
+            Kind::ReduceOr => "reduce_or",
         }
     }
 }
@@ -469,6 +471,7 @@ fn collective(kind: Kind, lane_mask: u32, value: u64) -> u64 {
                     value
                 }
                 Kind::Syncwarp => 0,
+                Kind::ReduceOr => value,
             }
         }
     }
@@ -491,6 +494,13 @@ pub fn match_any(lane_mask: u32, key: u64) -> u32 {
 #[track_caller]
 pub fn shfl(lane_mask: u32, value: u64, src_lane: u32) -> u64 {
     collective(Kind::Shfl { src_lane }, lane_mask, value)
+}
+
+/// `redux.sync.or.b32` (sm_80 and later): the OR of `value` over the lanes
+/// of `lane_mask`, one collective.
+#[track_caller]
+pub fn reduce_or(lane_mask: u32, value: u32) -> u32 {
+    collective(Kind::ReduceOr, lane_mask, u64::from(value)) as u32
 }
 
 /// `bar.warp.sync`: waits for every lane of `lane_mask` (at any `syncwarp`).

@@ -92,8 +92,8 @@ pub use fiber::panic_message;
 pub use lane::{
     Access, EVENTS, activemask, ballot, binding, block_dim, block_idx, capability, clock,
     count_access_at, count_event, count_round_trip, grid_dim, grid_id, in_launch, kernel_name,
-    lane_id, match_any, migrating, shfl, sleep, switch_point, syncwarp, thread_idx, wait_on_host,
-    warp_id,
+    lane_id, match_any, migrating, reduce_or, shfl, sleep, switch_point, syncwarp, thread_idx,
+    wait_on_host, warp_id,
 };
 pub use launch::{LaunchStats, launch};
 

@@ -796,6 +796,16 @@ impl<'a> Worker<'a> {
                 }
                 Kind::Shfl { src_lane } => values[(src_lane & 31) as usize],
                 Kind::Syncwarp => 0,
+                Kind::ReduceOr => {
+                    let mut or = 0u64;
+                    let mut m = mask;
+                    while m != 0 {
+                        let k = m.trailing_zeros() as usize;
+                        m &= m - 1;
+                        or |= values[k];
+                    }
+                    or
+                }
             };
             let warp = self.warp_mut(w);
             warp.lanes[j].state = SlotState::Ready;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use warpalloc_sim::{
     Convergence, Fibers, LaunchConfig, SimErrorKind, activemask, ballot, block_dim, block_idx,
-    grid_dim, in_launch, lane_id, launch, match_any, shfl, switch_point, syncwarp, thread_idx,
-    warp_id,
+    grid_dim, in_launch, lane_id, launch, match_any, reduce_or, shfl, switch_point, syncwarp,
+    thread_idx, warp_id,
 };
 
 fn gtid() -> u64 {
@@ -394,8 +394,34 @@ fn outside_a_launch_the_caller_is_a_one_lane_warp() {
     assert_eq!(ballot(1, true), 1);
     assert_eq!(match_any(1, 42), 1);
     assert_eq!(shfl(1, 7, 0), 7);
+    assert_eq!(reduce_or(1, 6), 6);
     syncwarp(1);
     switch_point();
+}
+
+/// `reduce_or` (sm_80's `redux.sync.or`): every lane of the mask gets the
+/// OR of the mask's values, in one collective (a step a lane), for a whole
+/// warp and for a group of odd lanes.
+#[test]
+#[cfg_attr(miri, ignore = "64 lanes: each an OS thread under Miri; runs natively")]
+fn reduce_or_gives_each_lane_of_the_mask_the_or_of_their_values() {
+    let wrong = AtomicU32::new(0);
+    let stats = launch(&LaunchConfig::linear(1, 64).seed(3), || {
+        let me = lane_id();
+        let whole = reduce_or(u32::MAX, 1 << me);
+        let odd = 0xaaaa_aaaa;
+        let part = if me % 2 == 1 {
+            reduce_or(odd, 1 << me)
+        } else {
+            odd
+        };
+        if whole != u32::MAX || part != odd {
+            wrong.fetch_add(1, Ordering::Relaxed);
+        }
+    })
+    .expect("launch");
+    assert_eq!(wrong.into_inner(), 0);
+    assert!(stats.steps > 0);
 }
 
 #[test]

@@ -99,9 +99,18 @@ pub(super) fn has_redux() -> bool {
     sim::capability() >= (8, 0)
 }
 
+/// As a GPU of the launch's compute capability: one collective where it
+/// has `redux.sync` (sm_80 and later), as the GPU runs one instruction;
+/// shuffles before. (The shuffles everywhere charged a timed free of a
+/// whole warp 5 collectives, and of a group up to 31; a review,
+/// 2026-12-07.)
 #[track_caller]
 pub(super) fn reduce_or(lane_mask: u32, value: u32) -> u32 {
-    super::reduce_or_by_shuffles(lane_mask, value)
+    if has_redux() {
+        sim::reduce_or(lane_mask, value)
+    } else {
+        super::reduce_or_by_shuffles(lane_mask, value)
+    }
 }
 
 #[track_caller]
