@@ -192,7 +192,21 @@ pub(crate) struct LaneCtx {
     /// Only its own lane touches them.
     pub(crate) asked: std::sync::atomic::AtomicU8,
     pub(crate) asked_addr: std::sync::atomic::AtomicUsize,
+    /// Readings of [`clock`] since the lane last suspended ([`CLOCK_SPIN`]).
+    /// Only its own lane touches it.
+    pub(crate) clock_reads: std::sync::atomic::AtomicU32,
 }
+
+/// Readings of [`clock`] in a row, with no switch point between, after
+/// which a reading waits [`CLOCK_SPIN_WAIT`]: a lane that waits on the
+/// clock (a deadline) lets time pass and the watchdog look, instead of
+/// spinning for ever on a clock that moves only as the scheduler steps (a
+/// review, 2026-12-07). Code that reads the clock now and then never meets
+/// it, so its schedules are as before.
+pub const CLOCK_SPIN: u32 = 1024;
+/// Nanoseconds a lane waits (a `nanosleep`, counted as sleep) once it has
+/// read the clock [`CLOCK_SPIN`] times in a row.
+pub const CLOCK_SPIN_WAIT: u32 = 32;
 
 /// How the running lane gets back to its scheduler.
 #[derive(Clone, Copy)]
@@ -227,6 +241,7 @@ fn with_ctx<R>(f: impl FnOnce(&LaneCtx) -> R) -> Option<R> {
 
 fn suspend(request: Request) -> Option<u64> {
     let current = CURRENT.with(Cell::get)?;
+    let _ = with_ctx(|c| c.clock_reads.store(0, Ordering::Relaxed));
     let reply = match current.link {
         // SAFETY: the yielder lives on the coroutine's own stack for the
         // coroutine's whole life, and we are running on that coroutine now
@@ -307,7 +322,14 @@ pub fn capability() -> (u32, u32) {
 /// A clock in nanoseconds: the worker's virtual time under a timed schedule;
 /// else virtual (scheduling steps) in deterministic launches, so that
 /// replays see the same readings; real time otherwise.
+#[track_caller]
 pub fn clock() -> u64 {
+    let spinning = with_ctx(|c| c.clock_reads.fetch_add(1, Ordering::Relaxed) + 1 >= CLOCK_SPIN);
+    if spinning == Some(true) {
+        // A wait, not a bare switch: under the timed schedule a switch
+        // costs no time, and lanes that all spin would see none pass.
+        sleep(CLOCK_SPIN_WAIT);
+    }
     with_ctx(|c| c.clock.now()).unwrap_or_else(|| {
         static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
         let start = START.get_or_init(Instant::now);

@@ -442,6 +442,7 @@ impl<'a> Worker<'a> {
                     on_host: AtomicBool::new(false),
                     asked: std::sync::atomic::AtomicU8::new(0),
                     asked_addr: std::sync::atomic::AtomicUsize::new(0),
+                    clock_reads: std::sync::atomic::AtomicU32::new(0),
                 });
                 let fiber = match cfg.fibers {
                     Fibers::Coroutines => {

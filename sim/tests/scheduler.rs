@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use warpalloc_sim::{
-    Convergence, Fibers, LaunchConfig, SimErrorKind, activemask, ballot, block_dim, block_idx,
-    grid_dim, in_launch, lane_id, launch, match_any, reduce_or, shfl, switch_point, syncwarp,
-    thread_idx, warp_id,
+    Convergence, Fibers, LaunchConfig, SimErrorKind, Timing, activemask, ballot, block_dim,
+    block_idx, clock, grid_dim, in_launch, lane_id, launch, match_any, reduce_or, shfl,
+    switch_point, syncwarp, thread_idx, warp_id,
 };
 
 fn gtid() -> u64 {
@@ -463,4 +463,25 @@ fn round_trips_follow_the_longest_chain_through_collectives() {
     .unwrap();
     assert_eq!(stats.round_trips, 6 + 2);
     assert_eq!(stats.least_round_trips, 2);
+}
+
+/// A lane that waits on the clock for a deadline sees time pass, in a
+/// deterministic launch and under the timed schedule: readings in a row
+/// become switch points (`CLOCK_SPIN`), at which the scheduler steps and
+/// the watchdog looks. (Before, the clock moved only as the scheduler
+/// stepped, and a lane spinning on it hung the launch with no report.)
+#[test]
+#[cfg_attr(miri, ignore = "32 lanes: each an OS thread under Miri; runs natively")]
+fn a_lane_waiting_on_the_clock_sees_time_pass() {
+    for cfg in [
+        LaunchConfig::linear(1, 32).seed(1),
+        LaunchConfig::linear(1, 32).seed(1).timed(Timing::hopper()),
+    ] {
+        let cfg = cfg.watchdog(Duration::from_secs(20));
+        launch(&cfg, || {
+            let until = clock() + 20_000;
+            while clock() < until {}
+        })
+        .expect("the deadline passes");
+    }
 }
