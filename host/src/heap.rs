@@ -691,8 +691,8 @@ fn handler(
                 if result.is_err() && frees() {
                     result = lock(&region).allocate(bytes, align);
                 }
-                let region = lock(&region);
                 Reply::Alloc(result.map_err(|why| {
+                    let region = lock(&region);
                     if why.may_pass() {
                         counters.temporary_refusal.store(true, Ordering::Relaxed);
                     }

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
 
+use warpalloc_device::rpc::Pending;
 use warpalloc_device::rpc::wire::{Port, Reply, Request, Status};
 
 /// Idle sweeps spent spinning before yielding.
@@ -255,19 +256,25 @@ fn sweep(mailbox: &Served) -> bool {
             continue;
         };
         worked = true;
-        let mut lanes = request.lane_mask();
-        while lanes != 0 {
-            let lane = lanes.trailing_zeros();
-            lanes &= lanes - 1;
-            let reply = match request.request(lane) {
-                Ok(r) => answer(&*mailbox.handler, r, &mut || serve_frees(mailbox, i)),
-                Err(status) => Reply::Refused(status),
-            };
-            request.reply(lane, &reply);
-        }
-        request.finish();
+        answer_port(mailbox, request, &mut || serve_frees(mailbox, i));
     }
     worked
+}
+
+/// Answers each lane of a port's pending `request` with the mailbox's
+/// handler (`frees` its second argument), and hands the port back.
+fn answer_port(mailbox: &Served, request: Pending<'_>, frees: &mut dyn FnMut() -> bool) {
+    let mut lanes = request.lane_mask();
+    while lanes != 0 {
+        let lane = lanes.trailing_zeros();
+        lanes &= lanes - 1;
+        let reply = match request.request(lane) {
+            Ok(r) => answer(&*mailbox.handler, r, frees),
+            Err(status) => Reply::Refused(status),
+        };
+        request.reply(lane, &reply);
+    }
+    request.finish();
 }
 
 /// Answers the `Free`s pending on `mailbox`'s ports but port `but`;
@@ -288,25 +295,15 @@ fn serve_frees(mailbox: &Served, but: usize) -> bool {
         let Some(request) = warpalloc_device::rpc::poll(port) else {
             continue;
         };
-        let mut lanes = request.lane_mask();
         // A port's request is of one opcode: a `Free`'s, or left for the
         // sweep.
         if !matches!(
-            request.request(lanes.trailing_zeros()),
+            request.request(request.lane_mask().trailing_zeros()),
             Ok(Request::Free { .. })
         ) {
             continue;
         }
-        while lanes != 0 {
-            let lane = lanes.trailing_zeros();
-            lanes &= lanes - 1;
-            let reply = match request.request(lane) {
-                Ok(r) => answer(&*mailbox.handler, r, &mut || false),
-                Err(status) => Reply::Refused(status),
-            };
-            request.reply(lane, &reply);
-        }
-        request.finish();
+        answer_port(mailbox, request, &mut || false);
         served = true;
     }
     served
