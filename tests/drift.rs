@@ -262,6 +262,24 @@ fn a_heap_at_its_limit_serves_a_large_block_from_scattered_free_granules() {
     assert_eq!(heap.stats().expect("stats").region.retired_granules, 0);
 }
 
+/// After two refused blocks on [`four_kept_slabs_at_the_limit`]'s heap: the
+/// four classes kept their slabs (none went back to the host), and the host
+/// was asked once a block, not again after a give-back. The figures now.
+#[track_caller]
+fn kept_and_asked_twice(heap: &Heap, before: &HeapStats) -> HeapStats {
+    let after = heap.stats().expect("stats");
+    assert_eq!(
+        after.live.empty_slabs, 4,
+        "kept slabs given back: {after:?}"
+    );
+    assert_eq!(
+        after.traffic.slabs_to_provider, before.traffic.slabs_to_provider,
+        "{after:?}"
+    );
+    assert_eq!(after.rpc.allocs - before.rpc.allocs, 2, "{after:?}");
+    after
+}
+
 /// A heap of a 128 MiB region and a limit of four granules, whose four
 /// classes took the four with a slab each and emptied them: the classes
 /// keep their emptied slabs. The heap, and its figures then.
@@ -319,17 +337,7 @@ fn a_block_larger_than_the_region_gives_no_slab_back_and_is_refused_with_advice(
     // 4 GiB less a byte: over the 128 MiB region.
     let huge = malloc_sizes_run(&mut heap, &[u32::MAX, u32::MAX]);
     assert_eq!(huge, [0, 0]);
-    let after = heap.stats().expect("stats");
-    assert_eq!(
-        after.live.empty_slabs, 4,
-        "kept slabs given back: {after:?}"
-    );
-    assert_eq!(
-        after.traffic.slabs_to_provider, before.traffic.slabs_to_provider,
-        "{after:?}"
-    );
-    // Asked once each, not twice.
-    assert_eq!(after.rpc.allocs - before.rpc.allocs, 2, "{after:?}");
+    let after = kept_and_asked_twice(&heap, &before);
     assert_eq!(
         after.region.refused(Refusal::NoAddressSpace)
             - before.region.refused(Refusal::NoAddressSpace),
@@ -383,16 +391,6 @@ fn a_block_at_an_alignment_the_region_lacks_gives_no_slab_back() {
         },
     );
     assert_eq!(read(&heap, &ptrs), [0, 0]);
-    let after = heap.stats().expect("stats");
-    assert_eq!(
-        after.live.empty_slabs, 4,
-        "kept slabs given back: {after:?}"
-    );
-    assert_eq!(
-        after.traffic.slabs_to_provider, before.traffic.slabs_to_provider,
-        "{after:?}"
-    );
-    // Asked once each, not twice.
-    assert_eq!(after.rpc.allocs - before.rpc.allocs, 2, "{after:?}");
+    kept_and_asked_twice(&heap, &before);
     assert_empty(&mut heap, "a block at an alignment the region lacks");
 }

@@ -7,25 +7,40 @@ use warpalloc_device::rpc::wire::{LANE_WORDS, Port, Reply, Request, Status};
 use warpalloc_device::simt;
 use warpalloc_device::sync::{AtomicU32, AtomicU64, Ordering};
 
+/// The RPC kernels' client over `port_count` ports at `ports`, locked with
+/// the bits of `locks` (`port_count.div_ceil(32)` words), and their two
+/// counters: `stats[0]` mismatches, `stats[1]` calls.
+///
+/// # Safety
+/// The ports are served by the host's server for the whole launch and
+/// locked only through `locks`; the host gave `locks` its words, used only
+/// atomically, and `stats` two words.
+unsafe fn channel<'a>(
+    ports: *mut Port,
+    port_count: u32,
+    locks: *mut u32,
+    stats: *mut u64,
+) -> (Client<'a>, &'a AtomicU64, &'a AtomicU64) {
+    let words = port_count.div_ceil(32) as usize;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let locks = core::slice::from_raw_parts(locks as *const AtomicU32, words);
+        (
+            Client::new(ports, port_count, locks),
+            AtomicU64::from_ptr(stats),
+            AtomicU64::from_ptr(stats.wrapping_add(1)),
+        )
+    }
+}
+
 kernel! {
     /// Each thread makes `rounds` PING calls with payloads unique to it and
     /// the round, checks every answered word (the complement), and counts mismatches in
     /// `stats[0]` and calls in `stats[1]`. `locks` holds one bit per port
     /// (`ports.div_ceil(32)` words).
     pub fn rpc_ping(ports: *mut Port, port_count: u32, locks: *mut u32, stats: *mut u64, rounds: u32) {
-        let words = port_count.div_ceil(32) as usize;
-        // SAFETY: the host gave `words` lock words, used only atomically, and
-        // `stats` two words.
-        let (locks, bad, calls) = unsafe {
-            (
-                core::slice::from_raw_parts(locks as *const AtomicU32, words),
-                AtomicU64::from_ptr(stats),
-                AtomicU64::from_ptr(stats.wrapping_add(1)),
-            )
-        };
-        // SAFETY: `port_count` ports served by the host's server for the
-        // whole launch, locked only through `locks`.
-        let client = unsafe { Client::new(ports, port_count, locks) };
+        // SAFETY: the kernel's parameters, as `channel` asks.
+        let (client, bad, calls) = unsafe { channel(ports, port_count, locks, stats) };
         let me = simt::global_thread_id();
         for round in 0..u64::from(rounds) {
             let mut args = [0u64; LANE_WORDS];
@@ -48,17 +63,8 @@ kernel! {
     /// host never gave out (8, 8 bytes: its answer must be `BadRequest`).
     /// Mismatches in `stats[0]`, calls in `stats[1]`.
     pub fn rpc_mixed(ports: *mut Port, port_count: u32, locks: *mut u32, stats: *mut u64) {
-        let words = port_count.div_ceil(32) as usize;
-        // SAFETY: as in `rpc_ping`.
-        let (locks, bad, calls) = unsafe {
-            (
-                core::slice::from_raw_parts(locks as *const AtomicU32, words),
-                AtomicU64::from_ptr(stats),
-                AtomicU64::from_ptr(stats.wrapping_add(1)),
-            )
-        };
-        // SAFETY: as in `rpc_ping`.
-        let client = unsafe { Client::new(ports, port_count, locks) };
+        // SAFETY: the kernel's parameters, as `channel` asks.
+        let (client, bad, calls) = unsafe { channel(ports, port_count, locks, stats) };
         let me = simt::global_thread_id();
         let args: [u64; LANE_WORDS] = core::array::from_fn(|i| (me << 24) ^ i as u64);
         let ping = simt::lane_id().is_multiple_of(2);
