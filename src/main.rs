@@ -171,8 +171,9 @@ enum Command {
         /// Allocation rounds per thread (at most 1 000 000).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
         iterations: u32,
-        /// Largest small request (bytes; sizes are log-uniform from 16).
-        #[arg(long, default_value_t = 4096)]
+        /// Largest small request (bytes, at least 16: the kernels' blocks
+        /// carry a 16-byte owner tag; sizes are log-uniform from 16).
+        #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..))]
         max_size: u32,
         /// One allocation in this many is a large block of 1-5 MiB (0: none).
         #[arg(long, default_value_t = 64)]
@@ -418,7 +419,7 @@ fn main() -> ExitCode {
             threads,
             schedule,
         } => cli::demo::demo(prefer, blocks, threads, schedule.schedule()),
-        Command::Info { link_check } => info(link_check),
+        Command::Info { link_check } => info(prefer, link_check),
     };
     match result {
         Ok(code) => code,
@@ -429,7 +430,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn info(link_check: bool) -> Result<ExitCode, HostError> {
+fn info(prefer: Prefer, link_check: bool) -> Result<ExitCode, HostError> {
+    // `--gpu` asks for the GPU, as everywhere: none is a failure, after
+    // the lines that say why.
+    let no_gpu = |why: &dyn std::fmt::Display| {
+        println!("GPU: none ({why})");
+        if link_check {
+            println!("cudarc link check: not run (no GPU)");
+        }
+        if prefer == Prefer::Gpu {
+            eprintln!("warpalloc: error: --gpu: no GPU ({why})");
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        }
+    };
     println!(
         "embedded PTX: {} and sm_80 (loaded on compute capability 8.0 and later) \
          ({} kernels: {})",
@@ -439,11 +454,7 @@ fn info(link_check: bool) -> Result<ExitCode, HostError> {
     );
     println!("stress runs (stress --kernels): {}", KERNELS.join(", "));
     if !cuda::driver_present() {
-        println!("GPU: none ({})", HostError::NoDriver);
-        if link_check {
-            println!("cudarc link check: not run (no GPU)");
-        }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(no_gpu(&HostError::NoDriver));
     }
     match Cuda::open(0) {
         Ok(gpu) => {
@@ -477,12 +488,7 @@ fn info(link_check: bool) -> Result<ExitCode, HostError> {
                 }
             }
         }
-        Err(e) => {
-            println!("GPU: none ({e})");
-            if link_check {
-                println!("cudarc link check: not run (no GPU)");
-            }
-        }
+        Err(e) => return Ok(no_gpu(&e)),
     }
     Ok(ExitCode::SUCCESS)
 }

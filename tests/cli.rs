@@ -112,6 +112,22 @@ fn info_link_check_says_when_there_is_no_gpu() {
     }
     let (ok, text) = warpalloc(&["info"]);
     assert!(ok && !text.contains("link check"), "{text}");
+    // `--gpu` asks for the GPU: none is a failure, as for every command
+    // (run.sh's `--gpu info --link-check` exited 0 with no GPU).
+    let (ok, text) = warpalloc(&["--gpu", "info", "--link-check"]);
+    if text.contains("GPU: none") {
+        assert!(!ok && text.contains("error: --gpu: no GPU"), "{text}");
+    } else {
+        assert!(ok, "{text}");
+    }
+}
+
+/// `stress --max-size` below the kernels' 16-byte tag is refused by the
+/// parser (a lane's `clamp` panicked with its bounds crossed).
+#[test]
+fn stress_refuses_a_largest_size_below_the_tag() {
+    let (ok, text) = warpalloc(&["--simulator", "stress", "--max-size", "8"]);
+    assert!(!ok && text.contains("--max-size"), "{text}");
 }
 
 #[test]
@@ -1107,6 +1123,13 @@ fn the_device_report_gives_the_drift_verdict() {
     let json = std::fs::read_to_string(out.join("device-check.json")).unwrap();
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(json["drift_verdicts"]["lifetimes"]["pass"], true, "{json}");
+    // A kernel the 300-round run lacks (it passed before: only the
+    // 300-round run's kernels were judged).
+    write("drift-300.json", &run(vec![kernel("churn", 41e6, 0)], 0));
+    let md = device_report(&out);
+    for said in ["## drift: FAIL", "- lifetimes: FAIL — no 300-round figure"] {
+        assert!(md.contains(said), "{said:?} not in\n{md}");
+    }
     // Cut by its limit: no rows, and why.
     write("drift-300.json", "");
     write("drift-300.err", "exit 124\n");

@@ -252,7 +252,9 @@ pub fn churn_size(rng: &mut Rng, max_small: u32, large_one_in: u32) -> usize {
     let octave = 4 + rng.below(bits - 4);
     let low = 1u32 << (octave - 1);
     let size = low + rng.below(low);
-    size.clamp(TAG_BYTES as u32, max_small) as usize
+    // `max_small` below the tag's bytes (a caller's slip) is the tag's:
+    // `clamp` panics when its bounds cross, which on a GPU is a trap.
+    size.clamp(TAG_BYTES as u32, max_small.max(TAG_BYTES as u32)) as usize
 }
 
 /// Checks, tags-first, and frees a block the caller owns; counts the result.

@@ -32,10 +32,14 @@ set -uo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-# An earlier run's candidate and sanitizer outputs in a reused $OUT would
-# read as this run's.
-rm -f "$OUT"/candidate-* "$OUT"/events-* "$OUT"/synccheck-stress.* "$OUT"/memcheck-stress-pool.* \
-  "$OUT"/first-project.txt
+# Every output of an earlier run in a reused $OUT would read as this run's
+# (a step left out of STEPS, or one that wrote nothing, would report the
+# old figures): all of them go first — the files this script writes, and
+# none other.
+rm -f "$OUT"/gpu.csv "$OUT"/info.txt "$OUT"/first-project.txt "$OUT"/nvcc.err \
+  "$OUT"/stress-pool.* "$OUT"/stress-rpc.* "$OUT"/drift-* "$OUT"/bench-* "$OUT"/candidate-* \
+  "$OUT"/baseline.* "$OUT"/gallatin.* "$OUT"/vmm-control-* "$OUT"/synccheck-stress.* \
+  "$OUT"/memcheck-stress-pool.* "$OUT"/events-* "$OUT"/device-check.json "$OUT"/device-check.md
 step() { echo "== $*" >&2; }
 
 SECONDS=0
@@ -269,5 +273,8 @@ events_case mixed 15 --threads 1048576 --cases mixed
 fi
 
 step "report"
-python3 report.py "$OUT"
+if ! python3 report.py "$OUT"; then
+  echo "run.sh: report.py failed: no report of this run (the outputs are in $OUT)" >&2
+  exit 1
+fi
 cat "$OUT/device-check.md"

@@ -83,7 +83,9 @@ pub struct Row {
     pub min_bytes: u64,
     /// The largest request, in bytes (equal to `min_bytes` for one size).
     pub max_bytes: u64,
-    /// malloc+free pairs per second, cold (a fresh heap's first launch).
+    /// malloc+free pairs per second, cold (a fresh heap's first launch);
+    /// in the fill cases (fragmentation, footprint, out of memory, spill),
+    /// allocations per second of the launch that fills the heap.
     pub cold_pairs_per_second: f64,
     /// malloc+free pairs per second, warm (the same launch again).
     pub warm_pairs_per_second: f64,

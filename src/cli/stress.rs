@@ -140,6 +140,16 @@ fn outcome(stats: Stats, threads: u64, elapsed: Duration) -> Outcome {
     }
 }
 
+/// The problem of a kernel's `nulls` in a heap whose memory is `capped` or
+/// not: a heap with room serves every request (the help's promise), so any
+/// null with memory uncapped fails the run. `size_sweep` and `bad_input`
+/// judge their own nulls (in their words; `bad_input`'s impossible sizes
+/// are not counted as nulls).
+fn uncapped_nulls(kernel: &str, nulls: u64, capped: bool) -> Option<String> {
+    (nulls != 0 && !capped && !matches!(kernel, "size_sweep" | "bad_input"))
+        .then(|| format!("{nulls} allocations got null, though the heap's memory is not capped"))
+}
+
 fn run_churn(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
     let stats = buffer::<u64>(heap, STATS_WORDS)?;
     let slots = (a.blocks * a.threads).clamp(64, 1 << 20);
@@ -546,6 +556,9 @@ pub fn stress(
             },
             problems: o.problems,
         };
+        report
+            .problems
+            .extend(uncapped_nulls(name, s.nulls, a.capped));
         if s.corrupt != 0 {
             report.problems.push(format!(
                 "{} blocks failed their pattern check (first: owner {}, allocation {})",
@@ -746,4 +759,26 @@ pub fn print(report: &StressReport) {
             "stress: FAILED"
         }
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A null with memory uncapped fails every kernel that does not judge
+    /// its own (the first GPU run's churn printed "OK" with 148 080 nulls);
+    /// a capped heap may answer null.
+    #[test]
+    fn a_null_with_memory_uncapped_is_a_problem() {
+        for kernel in KERNELS {
+            let own = matches!(*kernel, "size_sweep" | "bad_input");
+            assert_eq!(
+                uncapped_nulls(kernel, 148_080, false).is_some(),
+                !own,
+                "{kernel}"
+            );
+            assert_eq!(uncapped_nulls(kernel, 148_080, true), None, "{kernel}");
+            assert_eq!(uncapped_nulls(kernel, 0, false), None, "{kernel}");
+        }
+    }
 }
