@@ -389,11 +389,25 @@ impl DeviceHeap {
         self.memory_generation.load(Ordering::Acquire)
     }
 
-    /// The provider refused a request made in `generation`.
-    #[inline(always)]
+    /// The provider refused a request made in `generation`: the mark
+    /// moves to it unless it holds a newer one. A refusal answered late
+    /// (its request made before memory came back) must not erase the mark
+    /// of a refusal made after: the heap would forget it is exhausted, and
+    /// every search would claim slots and ask the host again until the next
+    /// refusal (a review, 2026-12-07). Newer is by wrapping distance, as the
+    /// generation wraps after 2³² returns; 0 (no mark) is older than any.
+    /// Out of line: a refusal is rare, and its loop's registers stay off
+    /// the search's.
+    #[inline(never)]
     fn refused(&self, generation: u32) {
-        self.exhausted
-            .store(generation.wrapping_add(1), Ordering::Relaxed);
+        let mark = generation.wrapping_add(1);
+        let mut seen = self.exhausted.load(Ordering::Relaxed);
+        while seen == 0 || (mark.wrapping_sub(seen) as i32) > 0 {
+            match self.exhausted.compare_exchange(seen, mark) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
+        }
     }
 
     /// Memory came back (a large block was freed; the host trimmed): new
@@ -1129,4 +1143,56 @@ impl Default for DeviceHeap {
 #[inline(always)]
 fn class_geometry(class: u32) -> Option<Geometry> {
     ((class as usize) < CLASS_COUNT).then(|| geometry(class as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    extern crate std;
+    use std::boxed::Box;
+
+    /// A zeroed heap (an unbound one, as the host's zeroed device memory
+    /// is), on the host's heap: its atomics alone are used.
+    fn zeroed() -> Box<DeviceHeap> {
+        // SAFETY: every field of `DeviceHeap` is atomics and arrays of
+        // them, for which all-zero bytes are a valid value.
+        unsafe { Box::<DeviceHeap>::new_zeroed().assume_init() }
+    }
+
+    /// A refusal answered after a newer one keeps the heap exhausted: lane
+    /// A asks in generation 0, memory comes back (generation 1), lane B
+    /// asks and is refused, then A's refusal arrives. The mark stayed B's.
+    #[test]
+    fn a_late_refusal_keeps_a_newer_ones_mark() {
+        let heap = zeroed();
+        let a = heap.memory_generation();
+        heap.memory_returned();
+        let b = heap.memory_generation();
+        assert!(!heap.is_exhausted());
+        heap.refused(b);
+        assert!(heap.is_exhausted());
+        heap.refused(a);
+        assert!(heap.is_exhausted(), "A's late refusal erased B's mark");
+        // Memory back again: the mark is stale; a refusal made now marks.
+        heap.memory_returned();
+        assert!(!heap.is_exhausted());
+        heap.refused(heap.memory_generation());
+        assert!(heap.is_exhausted());
+    }
+
+    /// Newer is by wrapping distance: a refusal made after the generation
+    /// wrapped past `u32::MAX` marks over one made before.
+    #[test]
+    fn a_refusal_after_the_generation_wraps_marks() {
+        let heap = zeroed();
+        heap.memory_generation
+            .store(u32::MAX - 1, Ordering::Relaxed);
+        heap.refused(u32::MAX - 1);
+        assert!(heap.is_exhausted());
+        heap.memory_returned();
+        heap.memory_returned();
+        assert_eq!(heap.memory_generation(), 0);
+        heap.refused(0);
+        assert!(heap.is_exhausted());
+    }
 }
