@@ -271,6 +271,56 @@ unsafe impl GlobalAlloc for WarpAlloc {
         }
     }
 
+    /// On the host, what the system allocator serves (`system_serves`)
+    /// comes from its own `alloc_zeroed`, whose large blocks are the OS's
+    /// zeroed pages, untouched until used: the default (alloc, then write
+    /// zeros) made every `vec![0; n]` of a host program whose global
+    /// allocator is `WarpAlloc` touch all its pages (a review, 2026-12-07).
+    /// Elsewhere, [`GlobalAlloc::alloc`] and zeros written.
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        #[cfg(not(target_arch = "nvptx64"))]
+        if system_serves() {
+            // SAFETY: forwarded from our caller.
+            return unsafe { std::alloc::System.alloc_zeroed(layout) };
+        }
+        // SAFETY: forwarded from our caller.
+        let ptr = unsafe { self.alloc(layout) };
+        if !ptr.is_null() {
+            // SAFETY: `ptr` holds `layout.size()` bytes, ours.
+            unsafe { core::ptr::write_bytes(ptr, 0, layout.size()) };
+        }
+        ptr
+    }
+
+    /// On the host, a block the system allocator made (no live heap's
+    /// region holds it) that it would make again (`system_serves`) grows
+    /// or shrinks by its own `realloc` (in place, or a remap of large
+    /// blocks). Elsewhere, as the default does: a new block of the layout's
+    /// alignment, the bytes both hold copied, the old one freed; null (the
+    /// old block kept) when no memory is left.
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        #[cfg(not(target_arch = "nvptx64"))]
+        if system_serves() && crate::registry::owner_of(ptr.expose_provenance() as u64).is_none() {
+            // SAFETY: forwarded from our caller; the system allocator made
+            // `ptr` with `layout` (no heap's region holds it).
+            return unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        }
+        // SAFETY: our caller's contract: `new_size`, rounded up to
+        // `layout.align()`, does not overflow `isize`.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: `new_size` is not zero (our caller's contract).
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks hold at least the bytes copied and are
+            // distinct live allocations; `ptr` was made with `layout`.
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
+    }
+
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         #[cfg(target_arch = "nvptx64")]
         {
@@ -287,6 +337,14 @@ unsafe impl GlobalAlloc for WarpAlloc {
             None => unsafe { std::alloc::System.dealloc(ptr, layout) },
         }
     }
+}
+
+/// Whether `WarpAlloc::alloc` would hand the caller's allocation to the
+/// system allocator (host builds): a panicking thread's, and any outside a
+/// launch's lanes that no heap serves — the host program's own.
+#[cfg(not(target_arch = "nvptx64"))]
+fn system_serves() -> bool {
+    std::thread::panicking() || (heap().is_none() && !warpalloc_sim::in_launch())
 }
 
 /// Set once `WarpAlloc::alloc` has run: whether it is the program's global
