@@ -419,7 +419,7 @@ fn a_module_built_with_another_heap_layout_is_refused() {
 #[test]
 fn a_config_out_of_range_is_refused_with_its_range() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let cases: [(HeapConfig, &str); 10] = [
+    let cases: [(HeapConfig, &str); 11] = [
         (
             HeapConfig {
                 streams: Some(3),
@@ -491,6 +491,14 @@ fn a_config_out_of_range_is_refused_with_its_range() {
             },
             "pool_fallback is for Mode::Pool",
         ),
+        // Accepted before (a review, 2026-12-07): every small malloc null.
+        (
+            HeapConfig {
+                mode: Mode::Pool { slabs: 0 },
+                ..HeapConfig::default()
+            },
+            "a pool of 0 slabs with no pool_fallback",
+        ),
     ];
     for (config, said) in cases {
         let launcher = Launcher::new(support::PTX, Prefer::Simulator).expect("launcher");
@@ -514,6 +522,12 @@ fn a_config_out_of_range_is_refused_with_its_range() {
             slots: 32_768,
             ports: Some(4096),
             limit: Some(GRANULE),
+            ..HeapConfig::default()
+        },
+        // An empty pool that asks the host once dry: every slab from it.
+        HeapConfig {
+            mode: Mode::Pool { slabs: 0 },
+            pool_fallback: true,
             ..HeapConfig::default()
         },
     ] {

@@ -212,6 +212,13 @@ impl HeapConfig {
                     .into(),
             );
         }
+        if self.mode == (Mode::Pool { slabs: 0 }) && !self.pool_fallback {
+            return bad(
+                "a pool of 0 slabs with no pool_fallback serves no small block (every malloc \
+                 below 1 MiB would be null); give it slabs, or turn on pool_fallback"
+                    .into(),
+            );
+        }
         if let Mode::Pool { slabs } = self.mode {
             let room = self
                 .limit
@@ -275,9 +282,9 @@ pub struct HeapStats {
     pub live: Census,
     /// Requests the RPC server answered for this heap.
     pub rpc: RpcCounts,
-    /// The device's counts by size class — slabs now and at most, lanes
-    /// given null — and of large blocks' bytes (what [`Heap::profile`]
-    /// reads).
+    /// The device's counts by size class — slabs each holds now, lanes
+    /// given null — and of large blocks' bytes, now and at most (what
+    /// [`Heap::profile`] reads).
     pub classes: ClassCounts,
     /// The pool's slabs in pool mode (`None` in RPC mode).
     pub pool: Option<u32>,
@@ -707,7 +714,7 @@ fn handler(
                             mapped_bytes: region.stats().mapped_bytes,
                             limit,
                             headroom,
-                            driver_error: region.last_driver_error().map(str::to_string),
+                            driver_error: region.driver_error_for(why).map(str::to_string),
                             spill,
                         });
                     }
@@ -925,8 +932,7 @@ impl Heap {
                         // The driver's own words, where it refused: out of
                         // memory is not cured by a larger limit or reserve.
                         let driver = region
-                            .last_driver_error()
-                            .filter(|_| why == Refusal::Driver)
+                            .driver_error_for(why)
                             .map(|e| format!(": {e}"))
                             .unwrap_or_default();
                         return Err(HostError::Config(format!(
@@ -1094,9 +1100,12 @@ impl Heap {
     /// whether there was such a refusal (and then synchronises the context
     /// first, see the module docs). [`Heap::launch`] calls this before each
     /// launch; on a heap whose kernels you launch yourself, call it before
-    /// a launch. A refusal for the heap's limit or address space is kept:
-    /// memory coming back (a large block freed, a slab emptied, `trim`)
-    /// ends it on the device.
+    /// a launch. The device keeps one record, the last refusal's: when a
+    /// temporary refusal came since the last call, it is cleared whatever
+    /// refused last (a limit's too, which costs its next malloc one
+    /// request to the host); with none, a refusal for the heap's limit or
+    /// address space is kept — memory coming back (a large block freed, a
+    /// slab emptied, `trim`) ends it on the device.
     pub fn forget_refusal(&self) -> Result<bool, HostError> {
         if !self
             .counters

@@ -703,3 +703,28 @@ fn a_driver_refusal_spills_only_what_the_host_can_hold() {
     assert!(!r.is_spilled(a) && r.is_spilled(b));
     assert_eq!(r.stats().spilled_bytes, GRANULE);
 }
+
+/// A refusal is told in the driver's words only when the driver refused:
+/// after a driver refusal, a refusal for want of address space carries no
+/// message (the heap's refusal record took the region's last driver
+/// message, whatever the reason; a review, 2026-12-07).
+#[test]
+fn only_a_driver_refusal_carries_the_drivers_message() {
+    let mut r = short_host_region(0, None);
+    assert_eq!(r.allocate(3 * GRANULE, GRANULE), Err(Refusal::Driver));
+    let said = r.driver_error_for(Refusal::Driver).map(str::to_string);
+    assert!(
+        said.as_deref()
+            .is_some_and(|m| m.contains("out of device memory")),
+        "{said:?}"
+    );
+    assert_eq!(
+        r.allocate(64 * GRANULE, GRANULE),
+        Err(Refusal::NoAddressSpace)
+    );
+    assert_eq!(r.driver_error_for(Refusal::NoAddressSpace), None);
+    assert!(
+        r.last_driver_error().is_some(),
+        "the message itself is kept"
+    );
+}

@@ -404,12 +404,16 @@ impl Backing for CudaVmm {
         let released = self.release_spares();
         first?;
         released?;
-        if let Some((base, len)) = self.reservation.take() {
+        // Forgotten only once freed: a failed free stays to be tried again
+        // (by `Drop`, which records its error), not lost with its range
+        // (a review, 2026-12-07).
+        if let Some((base, len)) = self.reservation {
             self.bind()?;
             // SAFETY: our whole reservation, with nothing mapped in it.
             driver("cuMemAddressFree", || unsafe {
                 sys::cuMemAddressFree(base, len as usize)
             })?;
+            self.reservation = None;
         }
         Ok(())
     }

@@ -35,8 +35,13 @@
 //!
 //! The deadlock rule (DESIGN.md): `Region::allocate` and `Region::free` run on
 //! the RPC server thread while kernels spin. `allocate` may create and map
-//! memory; nothing in them frees, unmaps or synchronises. Only `trim` (called
-//! when no kernel of the heap runs) unmaps and releases.
+//! memory; nothing in them frees or synchronises, and nothing unmaps what
+//! was handed out. One exception, on a failure path: a map whose access
+//! could not be set is undone (`cuMemUnmap` of the range just mapped, which
+//! no kernel was given), on the server thread. Whether the driver's unmap
+//! waits for running work is not documented; it has not been seen to (no
+//! GPU run has met that failure). Only `trim` (called when no kernel of the
+//! heap runs) unmaps what was handed out and releases.
 
 mod cuda_vmm;
 mod free_set;

@@ -435,6 +435,14 @@ impl<B: Backing> Region<B> {
         self.last_driver_error.as_deref()
     }
 
+    /// What to say of refusal `why` in the driver's words: its last error
+    /// message for a [`Refusal::Driver`], nothing for any other — a limit
+    /// or headroom refusal carried the message of a map that failed in an
+    /// earlier phase (a review, 2026-12-07).
+    pub fn driver_error_for(&self, why: Refusal) -> Option<&str> {
+        self.last_driver_error().filter(|_| why == Refusal::Driver)
+    }
+
     /// What the region has done so far.
     pub fn stats(&self) -> RegionStats {
         RegionStats {
@@ -752,6 +760,11 @@ impl<B: Backing> Region<B> {
                 .next_back()
                 .or_else(|| self.free_granules.range(..start).next_back())
             else {
+                // Not the driver's: the books promised a free granule to
+                // move. Its own words, not a stale message.
+                self.last_driver_error = Some(
+                    "no free granule to move into the run (the region's count was wrong)".into(),
+                );
                 return Err(self.refuse(Refusal::Driver));
             };
             if let Err(e) = self.relocate(from, i) {
