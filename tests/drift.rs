@@ -321,6 +321,16 @@ fn a_refused_large_block_takes_the_emptied_slabs_back_and_counts_them_as_given_b
         after.traffic.slabs_reclaimed, before.traffic.slabs_reclaimed,
         "a slab given back was counted as taken over: {after:?}"
     );
+    assert_eq!(
+        after.traffic.slabs_given_back - before.traffic.slabs_given_back,
+        given,
+        "{after:?}"
+    );
+    // The classes now hold fewer slabs than at their peak: a profile says
+    // memory ran short (it said 0 takeovers, and a pool sized from it ran
+    // dry; a review, 2026-12-07).
+    let profile = heap.profile().expect("profile");
+    assert!(profile.takeovers >= given, "{profile:?}");
     free_run(&mut heap, &large);
     assert_empty(&mut heap, "give-back");
 }

@@ -487,6 +487,7 @@ pub struct Counters {
     pub(crate) slabs_reclaimed: AtomicU64,
     pub(crate) slabs_revived: AtomicU64,
     pub(crate) slabs_to_provider: AtomicU64,
+    pub(crate) slabs_given_back: AtomicU64,
     pub(crate) large_allocations: AtomicU64,
     pub(crate) large_frees: AtomicU64,
 }
@@ -503,8 +504,14 @@ pub struct Traffic {
     /// holds a reference to the empty slab for a moment (it locks, sees
     /// the wrong class and lets go), the revival is not counted.
     pub slabs_revived: u64,
-    /// Empty slabs given back to the provider (a trim).
+    /// Empty slabs given back to the provider (a trim, or the device's own
+    /// give-back below).
     pub slabs_to_provider: u64,
+    /// Of those, the empty slabs the device gave back itself, while a
+    /// kernel ran, to make room for a large block the host refused: slabs
+    /// that left their class under memory pressure (a profile taken after
+    /// counts them with the takeovers, `warpalloc::HeapProfile`).
+    pub slabs_given_back: u64,
     /// Large blocks allocated.
     pub large_allocations: u64,
     /// Large blocks freed.
@@ -536,6 +543,9 @@ impl Traffic {
             slabs_to_provider: self
                 .slabs_to_provider
                 .saturating_sub(earlier.slabs_to_provider),
+            slabs_given_back: self
+                .slabs_given_back
+                .saturating_sub(earlier.slabs_given_back),
             large_allocations: self
                 .large_allocations
                 .saturating_sub(earlier.large_allocations),
@@ -552,6 +562,7 @@ impl Counters {
             slabs_reclaimed: AtomicU64::new(0),
             slabs_revived: AtomicU64::new(0),
             slabs_to_provider: AtomicU64::new(0),
+            slabs_given_back: AtomicU64::new(0),
             large_allocations: AtomicU64::new(0),
             large_frees: AtomicU64::new(0),
         }
@@ -564,6 +575,7 @@ impl Counters {
             slabs_reclaimed: self.slabs_reclaimed.load(Ordering::Relaxed),
             slabs_revived: self.slabs_revived.load(Ordering::Relaxed),
             slabs_to_provider: self.slabs_to_provider.load(Ordering::Relaxed),
+            slabs_given_back: self.slabs_given_back.load(Ordering::Relaxed),
             large_allocations: self.large_allocations.load(Ordering::Relaxed),
             large_frees: self.large_frees.load(Ordering::Relaxed),
         }

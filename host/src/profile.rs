@@ -39,9 +39,11 @@ pub struct HeapProfile {
     pub classes: Vec<ClassPeak>,
     /// The most bytes of large blocks live at once.
     pub peak_large_bytes: u64,
-    /// Slabs taken over from one class by another during the run: when
-    /// not 0, memory ran short and a class's slabs may be fewer than its
-    /// peak (a pool sized from it may run dry: its report says by how
+    /// Slabs that left their class during the run under memory pressure:
+    /// taken over by another class, or given back to the host by the
+    /// device to make room for a large block (`Traffic::slabs_given_back`).
+    /// When not 0, memory ran short and a class's slabs may be fewer than
+    /// its peak (a pool sized from it may run dry: its report says by how
     /// much).
     pub takeovers: u64,
 }

@@ -26,7 +26,8 @@
 //! server at the moment it refuses. Slabs stay with their class until
 //! `trim` (`trim` reads the heap first), so slabs per class at a read are
 //! the phase's most unless memory ran short and a class took another's
-//! empty slab over.
+//! empty slab over, or the device gave emptied slabs back to the host for
+//! a large block (`Traffic::slabs_given_back`).
 
 use warpalloc_device::heap::ClassCensus;
 use warpalloc_device::size_class::{CLASS_COUNT, SLAB_SIZE, geometry};

@@ -290,7 +290,7 @@ pub const LAYOUT: Layout = Layout {
 const _: () = assert!(core::mem::size_of::<Guard>() == 8);
 // The host clears the refusal record with a 4-byte write of 0.
 const _: () = assert!(core::mem::size_of::<AtomicU32>() == 4);
-const _: () = assert!(core::mem::size_of::<Counters>() == 6 * 8);
+const _: () = assert!(core::mem::size_of::<Counters>() == 7 * 8);
 // What the host allocates, copies to read (`stats`, `check`) and writes
 // back (`trim`): about 2.6 MiB, most of it the granule table and the pool's
 // links of a 512 GiB region (2 MiB); the hint table lies beside it.
@@ -672,6 +672,7 @@ impl DeviceHeap {
             given += 1;
         }
         if given != 0 {
+            self.counters.slabs_given_back.add(u64::from(given));
             self.memory_returned();
         }
         given
