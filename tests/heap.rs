@@ -764,6 +764,26 @@ fn a_dry_pool_with_fallback_asks_the_host() {
     let st = heap.stats().unwrap();
     assert_eq!(st.live.pool_slabs, 2, "{st}");
     assert_eq!(st.region.mapped_bytes, 2 * GRANULE, "{st}");
+    drop(heap);
+    // Under a limit the host refuses what the pool lacks: the nulls are
+    // the limit's, and the report names it, not a dry pool (it said
+    // "raise the pool", "turn on pool_fallback"; a review, 2026-12-07).
+    let mut heap = heap_with(HeapConfig {
+        mode: Mode::Pool { slabs: 2 },
+        pool_fallback: true,
+        limit: Some(3 * GRANULE),
+        ..HeapConfig::default()
+    });
+    let nulls = hold_then_free(&mut heap, 8192, 1024);
+    assert!(nulls >= 1024 - 3 * 255, "{nulls} nulls");
+    let st = heap.stats().unwrap();
+    assert!(st.pool_shortfall().is_empty(), "{st}");
+    let report = st.to_string();
+    assert!(
+        !report.contains("pool exhausted") && report.contains("by the heap's limit"),
+        "{report}"
+    );
+    assert_empty(&mut heap, "pool with fallback under a limit");
 }
 
 /// Under a limit, the heap's first out-of-memory snapshot is taken right

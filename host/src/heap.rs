@@ -288,6 +288,9 @@ pub struct HeapStats {
     pub classes: ClassCounts,
     /// The pool's slabs in pool mode (`None` in RPC mode).
     pub pool: Option<u32>,
+    /// Whether a dry pool asks the host (`HeapConfig::pool_fallback`):
+    /// then a null is the host's refusal, not the pool's shortfall.
+    pub pool_fallback: bool,
     /// What lies in host memory (`HeapConfig::spill`).
     pub spill: SpillCounts,
 }
@@ -354,10 +357,13 @@ impl std::fmt::Display for Shortfall {
 
 impl HeapStats {
     /// In pool mode, the classes whose mallocs got null, with the slabs
-    /// they lacked (largest shortfall first); empty in RPC mode or when no
-    /// malloc got null.
+    /// they lacked (largest shortfall first); empty in RPC mode, with
+    /// `pool_fallback`, or when no malloc got null.
     pub fn pool_shortfall(&self) -> Vec<Shortfall> {
-        if self.pool.is_none() {
+        // With a fallback, a dry pool asked the host: its nulls are the
+        // host's refusals (the report says which), and raising the pool or
+        // turning on the fallback is no advice (a review, 2026-12-07).
+        if self.pool.is_none() || self.pool_fallback {
             return Vec::new();
         }
         shortfall(&self.classes.nulls)
@@ -1168,6 +1174,7 @@ impl Heap {
                 Mode::Pool { slabs } => Some(slabs),
                 Mode::Rpc => None,
             },
+            pool_fallback: self.pool_fallback,
             spill: spill_counts(&copy, &region),
         })
     }
