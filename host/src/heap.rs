@@ -1317,8 +1317,12 @@ impl Heap {
     /// from the pool in pool mode (a dry pool asks the host only with
     /// `pool_fallback`), from the host in RPC mode. Stops at the first slab
     /// it cannot have (the pool dry, the host's refusal, a full slot
-    /// table) and returns the slabs published; a class the profile names
-    /// with a block size that is no class's is passed over.
+    /// table) and returns the slabs published: fewer than
+    /// [`HeapProfile::slabs`] less those held says it stopped, and a
+    /// refusal's reason (the limit, the headroom, a driver error) is
+    /// counted in [`HeapStats::region`] (`RegionStats::refused`). A class
+    /// the profile names with a block size that is no class's is passed
+    /// over.
     pub fn warm_up(&mut self, profile: &HeapProfile) -> Result<u32, HostError> {
         self.quiesce()?;
         let copy = self.read_device_heap()?;

@@ -179,7 +179,9 @@ pub struct Snapshot {
     /// Of the mapped memory (device and spilled), the granules free for
     /// reuse: no slab or large block holds them.
     pub free_mapped_bytes: u64,
-    /// The phase's most device memory mapped so far.
+    /// The most device memory mapped so far in the phase, or since the
+    /// last [`Heap::reset_peaks`](crate::Heap::reset_peaks) in it
+    /// (`warpalloc stress` starts the peaks over for each kernel).
     pub peak_mapped_bytes: u64,
     /// Host memory the heap had mapped in place of device memory
     /// (`HeapConfig::spill`).
