@@ -606,9 +606,11 @@ const NEAR_LANES: u32 = simt::WARP_SIZE;
 /// (`Seen::worth_a_lock`, `guard::wanted`: 0 none, 1 twice over, 2 three
 /// times over): none while it may not claim (the heap is exhausted) or its
 /// stream has no slab of its own (`NEWCOMER`); three times over in the
-/// `NEAR_SLOTS` after the hint; twice over at the hint's slot (a look
-/// there: a look again after a lock found no room, or a hint that is not
-/// roomy) and beyond.
+/// `NEAR_SLOTS` after the hint; twice over at the hint's slot and beyond.
+/// At the hint's slot that is the look again after a lock there found no
+/// room: the first look at offset 0 comes before the exhausted mark is
+/// read, with no claim allowed, so it wants no headroom (a review,
+/// 2026-12-07: this said a hint that is not roomy wanted it too).
 ///
 /// # Three times over near the hint
 /// A group away from its stream's slab took the first slab with room for
@@ -724,9 +726,13 @@ impl DeviceHeap {
     /// table, or an exhausted heap's window) takes that slab over in its own
     /// slot. Lanes beyond the room a slab had, lanes whose claim found no
     /// memory (the heap is now marked exhausted), and lanes that met a slot
-    /// being created (by their own warp, perhaps: waiting inside the scan
-    /// could deadlock) scan again from the class's hint — which creators
-    /// move to their new slab.
+    /// being created and got no room from it (still untagged after its
+    /// polls, or crowded: `CreationEnd`) scan again from the class's hint —
+    /// which creators move to their new slab. The waits inside the scan (`wait_for_creation`, a
+    /// takeover's untagged claim) poll another group's progress, which may
+    /// be another class's group of the same warp: they rely on independent
+    /// thread scheduling (sm_70 and later; the builds target sm_75 and
+    /// sm_80) and, in the simulator, on a switch at every sleep.
     ///
     /// Inlined into the kernel: out of line, ptxas gives the kernel's own
     /// state (a loop's counters, say) registers above everything this
