@@ -38,7 +38,8 @@ mkdir -p "$OUT"
 # none other.
 rm -f "$OUT"/gpu.csv "$OUT"/info.txt "$OUT"/first-project.txt "$OUT"/nvcc.err \
   "$OUT"/stress-pool.* "$OUT"/stress-rpc.* "$OUT"/drift-* "$OUT"/bench-* "$OUT"/candidate-* \
-  "$OUT"/baseline.* "$OUT"/gallatin.* "$OUT"/vmm-control-* "$OUT"/synccheck-stress.* \
+  "$OUT"/baseline.jsonl "$OUT"/baseline.err "$OUT"/gallatin.jsonl "$OUT"/gallatin.err \
+  "$OUT"/vmm-control-* "$OUT"/synccheck-stress.* \
   "$OUT"/memcheck-stress-pool.* "$OUT"/events-* "$OUT"/device-check.json "$OUT"/device-check.md
 step() { echo "== $*" >&2; }
 
