@@ -226,14 +226,14 @@ unsafe impl GlobalAlloc for WarpAlloc {
         if !SERVED.load(core::sync::atomic::Ordering::Relaxed) {
             SERVED.store(true, core::sync::atomic::Ordering::Relaxed);
         }
-        // A panicking lane's allocations (its message, its payload) go to
-        // the system allocator, as an unlinked lane's do: from an
-        // exhausted heap they were null, and the process aborted
-        // (`handle_alloc_error`) with the panic's message lost (a review,
-        // 2026-12-07). They are freed there too: no heap's region holds
-        // them.
+        // The host program's own allocations, and a panicking lane's (its
+        // message, its payload: from an exhausted heap they were null, and
+        // the process aborted in `handle_alloc_error` with the panic's
+        // message lost; a review, 2026-12-07), go to the system allocator
+        // (`system_serves`). They are freed there too: no heap's region
+        // holds them.
         #[cfg(not(target_arch = "nvptx64"))]
-        if std::thread::panicking() {
+        if system_serves() {
             // SAFETY: forwarded from our caller.
             return unsafe { std::alloc::System.alloc(layout) };
         }
@@ -252,22 +252,18 @@ unsafe impl GlobalAlloc for WarpAlloc {
                 }
                 ptr
             }
-            // A lane of a launch with no heap: null, which makes `Vec` or
-            // `Box` end the program as a GPU's trap would, after saying why
-            // (an allocator must not unwind, so no panic here). Not while
-            // the lane panics (above): the panic's own message and payload
-            // (an unlinked `malloc`'s, say) go to the system allocator, so
-            // that the launch reports it.
-            #[cfg(not(target_arch = "nvptx64"))]
-            None if warpalloc_sim::in_launch() => {
+            // A lane of a launch with no heap (the host's own allocations
+            // went to the system allocator above): null, which makes `Vec`
+            // or `Box` end the program as a GPU's trap would, after saying
+            // why (an allocator must not unwind, so no panic here). Not
+            // while the lane panics (above): the panic's own message and
+            // payload (an unlinked `malloc`'s, say) go to the system
+            // allocator, so that the launch reports it.
+            None => {
+                #[cfg(not(target_arch = "nvptx64"))]
                 report(layout.size(), None);
                 core::ptr::null_mut()
             }
-            #[cfg(not(target_arch = "nvptx64"))]
-            // SAFETY: forwarded from our caller.
-            None => unsafe { std::alloc::System.alloc(layout) },
-            #[cfg(target_arch = "nvptx64")]
-            None => core::ptr::null_mut(),
         }
     }
 
@@ -339,8 +335,8 @@ unsafe impl GlobalAlloc for WarpAlloc {
     }
 }
 
-/// Whether `WarpAlloc::alloc` would hand the caller's allocation to the
-/// system allocator (host builds): a panicking thread's, and any outside a
+/// Whether `WarpAlloc` hands the caller's allocation to the system
+/// allocator (host builds): a panicking thread's, and any outside a
 /// launch's lanes that no heap serves — the host program's own.
 #[cfg(not(target_arch = "nvptx64"))]
 fn system_serves() -> bool {

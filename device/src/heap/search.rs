@@ -728,11 +728,12 @@ impl DeviceHeap {
     /// memory (the heap is now marked exhausted), and lanes that met a slot
     /// being created and got no room from it (still untagged after its
     /// polls, or crowded: `CreationEnd`) scan again from the class's hint —
-    /// which creators move to their new slab. The waits inside the scan (`wait_for_creation`, a
-    /// takeover's untagged claim) poll another group's progress, which may
-    /// be another class's group of the same warp: they rely on independent
-    /// thread scheduling (sm_70 and later; the builds target sm_75 and
-    /// sm_80) and, in the simulator, on a switch at every sleep.
+    /// which creators move to their new slab. The waits inside the scan
+    /// (`wait_for_creation`, a takeover's untagged claim) poll another
+    /// group's progress, which may be another class's group of the same
+    /// warp: they rely on independent thread scheduling (sm_70 and later;
+    /// the builds target sm_75 and sm_80) and, in the simulator, on a
+    /// switch at every sleep.
     ///
     /// Inlined into the kernel: out of line, ptxas gives the kernel's own
     /// state (a loop's counters, say) registers above everything this
