@@ -2052,3 +2052,81 @@ fn a_crowded_scan_at_the_tables_end_scans_again() {
         "no scan met the table's end after a crowded creation"
     );
 }
+
+/// A slab its class put back to use keeps its `empties` mark (a stale mark:
+/// one bit for "went empty", never cleared on revival). Once the host
+/// refuses, a claim takes marks until one names a slab still empty: however
+/// many stale marks lie before it, a malloc is not refused while an empty
+/// slab is marked: a claim whose takeover found only stale marks gives up
+/// (NO_MEMORY) and its group searches again while marks are left
+/// (`slab_at_hand`), each try having cleared the marks it took. (A reading
+/// of the code feared a null here after two claims' tries; with `NO_MEMORY`
+/// not searched again, this fails: "a null with an empty slab marked".)
+#[test]
+fn stale_marks_do_not_hide_an_empty_slab_from_a_takeover() {
+    // 32 slots: one word of marks, walked from its lowest bit. The
+    // classes' start slots (a hash): 8 KiB's 15, 2 KiB's 28.
+    let mut heap = heap(16 * SLAB_SIZE, 32);
+    // Class A (8 KiB, 255 blocks a slab): about ten slabs, emptied (ten
+    // marks), then put back to use in place (the marks stay).
+    let threads = 2_048;
+    let many = buffer::<u64>(&heap, threads);
+    let wide = LaunchConfig::linear(8, 256).seed(0x57a1e);
+    let first = malloc_free_round(&mut heap, &wide, &many, 8 << 10);
+    run(
+        &mut heap,
+        &wide,
+        malloc_only::Args {
+            ptrs: many.kernel_ptr(),
+            size: 8 << 10,
+        },
+    );
+    assert!(read(&heap, &many).iter().all(|&p| p != 0));
+    // Class B (2 KiB): one slab, emptied: the one mark that names an empty
+    // slab.
+    let warp = LaunchConfig::linear(1, 32).seed(0x57a1f);
+    let few = buffer::<u64>(&heap, 32);
+    malloc_free_round(&mut heap, &warp, &few, 2 << 10);
+    let before = heap.stats().expect("stats");
+    // At least 8 stale marks, all below B's: a takeover tries 4 marks a
+    // claim, so the first claims after the refusal try stale ones only.
+    let revived = before.traffic.since(&first.traffic).slabs_revived;
+    assert!(
+        before.live.empty_slabs >= 1 && revived >= 8,
+        "{revived} revived, {:?}",
+        before.live
+    );
+    // Class C (768 KiB, 2 blocks a slab), one malloc a launch, until null:
+    // the host's room, then B's emptied slab taken over.
+    let one = LaunchConfig::linear(1, 1).seed(0x57a20);
+    let ptr = buffer::<u64>(&heap, 1);
+    let mut served = 0;
+    loop {
+        let empty = heap.stats().expect("stats").live.empty_slabs;
+        run(
+            &mut heap,
+            &one,
+            malloc_only::Args {
+                ptrs: ptr.kernel_ptr(),
+                size: 768 << 10,
+            },
+        );
+        if read(&heap, &ptr)[0] == 0 {
+            assert_eq!(
+                empty,
+                0,
+                "a null with an empty slab marked, after {served} served: {:?}",
+                heap.stats().expect("stats")
+            );
+            break;
+        }
+        served += 1;
+        assert!(served < 64, "more than the heap holds");
+    }
+    let after = heap.stats().expect("stats");
+    assert!(
+        after.traffic.slabs_reclaimed > before.traffic.slabs_reclaimed,
+        "{:?}",
+        after.traffic
+    );
+}
