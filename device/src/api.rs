@@ -291,7 +291,11 @@ unsafe impl GlobalAlloc for WarpAlloc {
     /// On the host, a block the system allocator made (no live heap's
     /// region holds it) that it would make again (`system_serves`) grows
     /// or shrinks by its own `realloc` (in place, or a remap of large
-    /// blocks). Elsewhere, as the default does: a new block of the layout's
+    /// blocks). Elsewhere, a block whose usable bytes hold `new_size` and
+    /// would not be more than half empty (the rule of C's [`realloc`])
+    /// stays where it is: a `Vec` that grows within its block's class, or a
+    /// large block's last granule, and a shrink by less than half, copy
+    /// nothing. Else as the default does: a new block of the layout's
     /// alignment, the bytes both hold copied, the old one freed; null (the
     /// old block kept) when no memory is left.
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -300,6 +304,14 @@ unsafe impl GlobalAlloc for WarpAlloc {
             // SAFETY: forwarded from our caller; the system allocator made
             // `ptr` with `layout` (no heap's region holds it).
             return unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        }
+        // In place: `ptr` is aligned to `layout.align()`, the new layout's
+        // too. A pointer of another heap than the launch's (a host's
+        // `Vec` given to a kernel) has no usable bytes in it: moved.
+        let usable = heap().map_or(0, |heap| heap.usable_size(ptr));
+        let wanted = new_size as u64;
+        if wanted <= usable && wanted >= usable / 2 {
+            return ptr;
         }
         // SAFETY: our caller's contract: `new_size`, rounded up to
         // `layout.align()`, does not overflow `isize`.

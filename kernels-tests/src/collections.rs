@@ -45,6 +45,30 @@ kernel! {
         }
         broken(stats, s.len() != n.min(200) as usize || !s.starts_with("abc"));
 
+        // Growth within the block stays in place: 100 bytes take a block
+        // of 112, so 110 fit; and a shrink to more than half of it too.
+        let mut bytes: Vec<u8> = Vec::with_capacity(100);
+        bytes.extend_from_slice(&[me as u8; 100]);
+        let at = bytes.as_ptr();
+        bytes.reserve_exact(10);
+        broken(stats, bytes.as_ptr() != at || bytes.capacity() != 110);
+        bytes.truncate(60);
+        bytes.shrink_to_fit();
+        broken(stats, bytes.as_ptr() != at || bytes.iter().any(|&b| b != me as u8));
+        // Beyond the block: moved, the bytes with it.
+        bytes.reserve_exact(200);
+        broken(stats, bytes.as_ptr() == at || bytes.iter().any(|&b| b != me as u8));
+        drop(bytes);
+        if me == 0 {
+            // A large block (1.5 MiB: a granule of 2 MiB) grows to the
+            // granule's end in place.
+            let mut big: Vec<u8> = Vec::with_capacity(3 << 19);
+            big.push(7);
+            let at = big.as_ptr();
+            big.reserve_exact((2 << 20) - 1);
+            broken(stats, big.as_ptr() != at || big[0] != 7);
+        }
+
         let boxed = Box::new([me as u32; 64]);
         broken(stats, boxed.iter().any(|&x| x != me as u32));
         drop((v, nested, s, boxed));
