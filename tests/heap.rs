@@ -1106,6 +1106,40 @@ fn hold_64_b_then_8_kib(heap: &mut Heap) -> [u64; 2] {
     })
 }
 
+/// A warm-up that a failed mapping stops (a fault injected where the driver
+/// would fail) says so, `HostError::WarmUp` with the slabs it published
+/// before, which stay published and consistent; a limit stops it with no
+/// error (above).
+#[test]
+fn a_warm_up_stopped_by_a_failed_mapping_is_an_error() {
+    use warpalloc::{ClassPeak, HeapProfile, HostError};
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut heap = heap_with(HeapConfig::default());
+    let profile = HeapProfile {
+        classes: vec![ClassPeak {
+            block: 8192,
+            slabs: 6,
+        }],
+        ..HeapProfile::default()
+    };
+    heap.fail_every(4);
+    let published = match heap.warm_up(&profile) {
+        Err(HostError::WarmUp { published, why }) => {
+            assert!(why.contains("fail_every"), "{why}");
+            published
+        }
+        other => panic!("a warm-up that a failed mapping stopped: {other:?}"),
+    };
+    assert!((1..6).contains(&published), "{published}");
+    heap.fail_every(0);
+    assert_eq!(heap.check().unwrap(), Ok(()));
+    let st = heap.stats().unwrap();
+    assert_eq!(st.live.empty_slabs, u64::from(published), "{st}");
+    // Again, with the driver well: the rest.
+    assert_eq!(heap.warm_up(&profile).unwrap(), 6 - published);
+    assert_empty(&mut heap, "warm-up after a failure");
+}
+
 /// A trim keeps `HeapConfig::keep` empty slabs of each size class: they
 /// stay mapped and published (a class with fewer keeps all of its), the
 /// rest go back to the host, and the next launch of the same work revives

@@ -116,6 +116,17 @@ pub enum HostError {
          turn spill off, or lower the demand (a limit, a smaller pool)"
     )]
     SpillUnsupported(crate::backing::BackingError),
+    /// [`crate::Heap::warm_up`] stopped at a slab the driver failed to map
+    /// (or a fault injected on purpose): the slabs published before it
+    /// stay published. A limit, the headroom or a dry pool stops it
+    /// without an error.
+    #[error("warming the heap up stopped after {published} slabs: {why}")]
+    WarmUp {
+        /// The slabs published before the failure.
+        published: u32,
+        /// The driver's message.
+        why: String,
+    },
     /// The RPC server did not take a request in time.
     #[error("the RPC server did not take a request within {0:?}")]
     ServerTimeout(std::time::Duration),

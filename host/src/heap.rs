@@ -1319,8 +1319,11 @@ impl Heap {
     /// it cannot have (the pool dry, the host's refusal, a full slot
     /// table) and returns the slabs published: fewer than
     /// [`HeapProfile::slabs`] less those held says it stopped, and a
-    /// refusal's reason (the limit, the headroom, a driver error) is
-    /// counted in [`HeapStats::region`] (`RegionStats::refused`). A class
+    /// refusal's reason (the limit, the headroom) is counted in
+    /// [`HeapStats::region`] (`RegionStats::refused`). A driver that fails
+    /// to map a slab (or a fault injected by [`Heap::fail_every`]) is an
+    /// error, [`HostError::WarmUp`], with the slabs published before it
+    /// left published (an `Ok` hid it: a review, 2026-12-07). A class
     /// the profile names with a block size that is no class's is passed
     /// over.
     pub fn warm_up(&mut self, profile: &HeapProfile) -> Result<u32, HostError> {
@@ -1333,6 +1336,8 @@ impl Heap {
         // Slabs the region hands out here: given back if a write fails, so
         // that the device heap (not written then) is left as it was.
         let mut fresh = Vec::new();
+        // A driver's failure (or an injected one) that stopped it.
+        let mut failed = None;
         let written = (|| -> Result<(), HostError> {
             'classes: for peak in &profile.classes {
                 let Some(class) = class_of_block(peak.block) else {
@@ -1360,7 +1365,22 @@ impl Heap {
                                     fresh.push(slab);
                                     slab
                                 }
-                                Err(_) => break 'classes,
+                                Err(why) => {
+                                    failed = match why {
+                                        Refusal::Driver => Some(
+                                            region
+                                                .driver_error_for(why)
+                                                .unwrap_or("a driver call failed")
+                                                .to_owned(),
+                                        ),
+                                        Refusal::InjectedFault => Some(
+                                            "a fault injected on purpose (Heap::fail_every)"
+                                                .to_owned(),
+                                        ),
+                                        _ => None,
+                                    };
+                                    break 'classes;
+                                }
                             }
                         }
                         None => break 'classes,
@@ -1398,7 +1418,10 @@ impl Heap {
             }
             return Err(e);
         }
-        Ok(published)
+        match failed {
+            Some(why) => Err(HostError::WarmUp { published, why }),
+            None => Ok(published),
+        }
     }
 
     /// Ends the current phase and begins one called `name` (synchronises
