@@ -28,28 +28,35 @@ use warpalloc_builder::ptxas;
 /// The components `setup` installs (as `rustup component add` names them).
 const COMPONENTS: &[&str] = &["rust-src", "llvm-tools", "miri", "clippy", "rustfmt"];
 
-/// The Miri job: each entry is one `cargo miri test ARGS` run. Miri runs the
-/// simulator's lanes as OS threads and interprets every instruction, so it
-/// gets the small workloads: the simulator's unit tests, the device crate's
-/// unit tests, and the allocator's dedicated Miri workloads (`tests/miri.rs`:
-/// a `Heap` on the emulated device, its RPC server thread and its backing,
-/// kernels in the simulator's OS-thread mode — which runs the simulator's
-/// unsafe code, a lane's context and its baton). The simulator's scheduler
-/// and timing tests (`sim/tests`) run natively only since 2026-12-07: under
+/// The Miri job: each entry is one `cargo miri test` run, its cargo
+/// arguments and its test binary's. Miri runs the simulator's lanes as OS
+/// threads and interprets every instruction, so it gets the small
+/// workloads: the simulator's unit tests, the device crate's unit tests,
+/// and the allocator's dedicated Miri workloads (`tests/miri.rs`: a `Heap`
+/// on the emulated device, its RPC server thread and its backing, kernels
+/// in the simulator's OS-thread mode — which runs the simulator's unsafe
+/// code, a lane's context and its baton). The simulator's scheduler and
+/// timing tests (`sim/tests`) run natively only since 2026-12-07: under
 /// Miri they took 80 s of a CI run that reached 1 237 s on the build
 /// machine (the limit is 1 200), and Miri cannot switch stacks, so the
 /// fiber code they drive natively is not what it checks.
-const MIRI_RUNS: &[&[&str]] = &[
-    &["-p", "warpalloc-sim", "--lib"],
-    &["-p", "warpalloc-device", "--lib"],
-    &[
-        "-p",
-        "warpalloc-tool",
-        "--test",
-        "miri",
-        "--",
-        "--test-threads=1",
-    ],
+///
+/// Miri interprets a program on one core, threads and all, so the runs go
+/// side by side, as many at once as the machine has cores (`miri`), the
+/// longest first: `tests/miri.rs` in two (its churn, about 160 s; the
+/// rest, about 150 s, on 2026-12-07 on the build machine), which took
+/// 300 s one after the other and 171 s side by side.
+const MIRI_RUNS: &[(&[&str], &[&str])] = &[
+    (
+        &["-p", "warpalloc-tool", "--test", "miri"],
+        &["--test-threads=1", "miri_churn"],
+    ),
+    (
+        &["-p", "warpalloc-tool", "--test", "miri"],
+        &["--test-threads=1", "--skip", "miri_churn"],
+    ),
+    (&["-p", "warpalloc-device", "--lib"], &[]),
+    (&["-p", "warpalloc-sim", "--lib"], &[]),
 ];
 /// `MIRIFLAGS` for the Miri job, unless the environment sets `MIRIFLAGS`:
 /// pointers travel through integers (device addresses, the simulator's
@@ -193,12 +200,12 @@ fn test(steps: &mut Steps) -> Result<()> {
         Ok(())
     })?;
     steps.run("miri", || {
-        for args in MIRI_RUNS {
+        let miri = |cargo_args: &[&str]| {
             let mut cmd = cargo(&["miri", "test"]);
             // The embedded PTX: Miri's target directory would otherwise get
             // a nested nvptx build (core included) of its own; the tests
             // step built the same one already.
-            cmd.args(*args).env(
+            cmd.args(cargo_args).env(
                 warpalloc_builder::TARGET_DIR_ENV,
                 root().join("target").join("warpalloc-ptx"),
             );
@@ -208,10 +215,86 @@ fn test(steps: &mut Steps) -> Result<()> {
             if std::env::var_os("PROPTEST_CASES").is_none() {
                 cmd.env("PROPTEST_CASES", MIRI_PROPTEST_CASES);
             }
-            cmd.status_ok()?;
+            cmd
+        };
+        // Built one after the other (cargo's lock would have them wait),
+        // then run side by side.
+        let mut built = BTreeSet::new();
+        for (cargo_args, _) in MIRI_RUNS {
+            if built.insert(*cargo_args) {
+                miri(cargo_args).arg("--no-run").status_ok()?;
+            }
         }
-        Ok(())
+        let runs = MIRI_RUNS
+            .iter()
+            .map(|(cargo_args, test_args)| {
+                let mut cmd = miri(cargo_args);
+                cmd.arg("--").args(*test_args);
+                cmd
+            })
+            .collect();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        side_by_side(runs, cores)
     })
+}
+
+/// Runs `commands`, `jobs` at a time, in their order; each one's output is
+/// printed whole when it ends (with its time), so that the logs of runs
+/// side by side do not interleave. An error names every command that
+/// failed, once all have ended.
+fn side_by_side(commands: Vec<Command>, jobs: usize) -> Result<()> {
+    use std::sync::Mutex;
+    let queue = Mutex::new(commands.into_iter().enumerate().collect::<Vec<_>>());
+    let failed = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let next = {
+                        let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
+                        if queue.is_empty() {
+                            break;
+                        }
+                        queue.remove(0)
+                    };
+                    let (i, mut cmd) = next;
+                    let shown = show(&cmd);
+                    eprintln!("xtask: $ {shown} (started)");
+                    let t = Instant::now();
+                    let out = cmd.output();
+                    let took = t.elapsed().as_secs_f64();
+                    let ok = match out {
+                        Ok(out) => {
+                            eprintln!(
+                                "xtask: $ {shown} ({}, {took:.0} s)\n{}{}",
+                                out.status,
+                                String::from_utf8_lossy(&out.stdout),
+                                String::from_utf8_lossy(&out.stderr)
+                            );
+                            out.status.success()
+                        }
+                        Err(e) => {
+                            eprintln!("xtask: could not run `{shown}`: {e}");
+                            false
+                        }
+                    };
+                    if !ok {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((i, shown));
+                    }
+                }
+            });
+        }
+    });
+    let mut failed = failed.into_inner().unwrap_or_else(|e| e.into_inner());
+    if failed.is_empty() {
+        return Ok(());
+    }
+    failed.sort();
+    let names: Vec<String> = failed.into_iter().map(|(_, shown)| shown).collect();
+    bail!("failed: `{}`", names.join("`, `"))
 }
 
 /// The first project (examples/first-project, a workspace of its own, as a
