@@ -26,10 +26,11 @@
 //! up to the pointer's own alignment. `free(p + 8)`, and any other pointer
 //! into a block of 4 KiB or less or at a boundary of 4 KiB or less, is an
 //! invalid free that frees nothing, so the `free(p)` after it is the real
-//! one. (A pointer into
-//! a block of more than 4 KiB at a boundary of more than 4 KiB, which such
-//! a rounding could have made, is taken for one: without a tag per
-//! allocation no allocator can tell.) A double free is caught until the block is handed out again;
+//! one. (A pointer into a block at a boundary above 4 KiB that such a
+//! rounding could have made in its class — a boundary of at most the
+//! class's `Geometry::round`: 8 KiB in the 8 KiB and 12 KiB classes, none
+//! in the 6, 7 and 14 KiB ones, 512 KiB in the 1 MiB one — is taken for
+//! one: without a tag per allocation no allocator can tell.) A double free is caught until the block is handed out again;
 //! after that it frees the new owner's block, as in every allocator without
 //! per-allocation tags — and a warp's next malloc of a class usually takes
 //! the blocks the warp freed last (its bitfield walk starts at the warp's

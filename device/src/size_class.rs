@@ -101,6 +101,14 @@ pub struct Geometry {
     /// `index::magic(block)`: a block's index from its offset by a
     /// multiplication (`index::divide`).
     pub magic: u64,
+    /// The largest alignment above [`MAX_DATA_ALIGN`] that `aligned_alloc`
+    /// rounds a pointer up to inside this class's blocks ([`place`]), or 0
+    /// for none: the most a pointer into a block's middle may be rounded
+    /// by and still be one `free` accepts (`Slab::freeable_index_of`).
+    /// 0 for every class of 4 KiB or less, and for 6 KiB, 7 KiB and 14
+    /// KiB (a smaller class serves every such request first); 512 KiB for
+    /// the 1 MiB class.
+    pub round: u32,
 }
 
 impl Geometry {
@@ -122,6 +130,7 @@ impl Geometry {
             data,
             usable,
             magic: crate::index::magic(block),
+            round: 0,
         }
     }
 
@@ -136,14 +145,16 @@ impl Geometry {
     }
 }
 
-/// The geometry of every class, by index.
-pub const CLASSES: [Geometry; CLASS_COUNT] = {
+/// The geometry of every class, by index, but for `round` (0): what
+/// [`place`] chooses from.
+const SHAPES: [Geometry; CLASS_COUNT] = {
     let mut out = [Geometry {
         block: 0,
         words: 0,
         data: 0,
         usable: 0,
         magic: 0,
+        round: 0,
     }; CLASS_COUNT];
     let mut n = 0;
     let mut bytes = 1u32;
@@ -156,6 +167,43 @@ pub const CLASSES: [Geometry; CLASS_COUNT] = {
         bytes = block + 1;
     }
     assert!(n == CLASS_COUNT, "CLASS_COUNT must match the class rule");
+    out
+};
+
+/// The geometry of every class, by index.
+///
+/// `round`, from [`place`] itself: a class is rounded to alignment `a`
+/// (above 4 KiB) for some request iff it is for the largest request it
+/// can hold so that `place` puts in a slab: `block + block_align − a`
+/// bytes, and less than `LARGE_THRESHOLD − (a − 4 KiB)` (a smaller request
+/// fits a smaller class at least as well, and `place` takes the first that
+/// fits).
+pub const CLASSES: [Geometry; CLASS_COUNT] = {
+    let mut out = SHAPES;
+    let mut i = 0;
+    while i < CLASS_COUNT {
+        let g = SHAPES[i];
+        let mut align = 2 * MAX_DATA_ALIGN;
+        while (align as u64) < LARGE_THRESHOLD {
+            let most = g.block + g.block_align();
+            let slab_most = LARGE_THRESHOLD as u32 - (align - MAX_DATA_ALIGN) - 1;
+            let bytes = if most <= align {
+                0
+            } else if most - align < slab_most {
+                most - align
+            } else {
+                slab_most
+            };
+            if bytes > 0
+                && let Placement::Slab { class } = place(bytes as u64, align as u64)
+                && class == i
+            {
+                out[i].round = align;
+            }
+            align *= 2;
+        }
+        i += 1;
+    }
     out
 };
 
@@ -229,7 +277,7 @@ pub const fn place(bytes: u64, align: u64) -> Placement {
         if guess < LARGE_THRESHOLD {
             let mut class = class_index(block_size(guess as u32));
             while class < CLASS_COUNT {
-                let g = CLASSES[class];
+                let g = SHAPES[class];
                 if g.block as u64 >= bytes + (align - g.block_align() as u64) {
                     return Placement::Slab { class };
                 }
@@ -261,6 +309,40 @@ mod tests {
         assert_eq!(first, [16, 32, 48, 64, 96, 112, 128, 192, 224, 256]);
     }
 
+    /// `round` is the largest alignment above 4 KiB that `place` rounds a
+    /// pointer up to in the class, over every request (in steps of 16
+    /// bytes, and each class's largest at each alignment).
+    #[test]
+    #[cfg_attr(miri, ignore = "half a million placements: minutes under Miri")]
+    fn round_is_the_most_place_rounds_up_in_each_class() {
+        let mut most = [0u32; CLASS_COUNT];
+        let mut align = 2 * MAX_DATA_ALIGN as u64;
+        while align < LARGE_THRESHOLD {
+            let sizes = (1..LARGE_THRESHOLD)
+                .step_by(16)
+                .chain(CLASSES.iter().map(|g| u64::from(g.block + g.block_align())));
+            for bytes in sizes.filter(|&b| b >= 1) {
+                if let Placement::Slab { class } = place(bytes.saturating_sub(align).max(1), align)
+                {
+                    most[class] = most[class].max(align as u32);
+                }
+                if let Placement::Slab { class } = place(bytes, align) {
+                    most[class] = most[class].max(align as u32);
+                }
+            }
+            align *= 2;
+        }
+        let round: Vec<u32> = CLASSES.iter().map(|g| g.block).collect();
+        let got: Vec<u32> = CLASSES.iter().map(|g| g.round).collect();
+        assert_eq!(got, most, "blocks {round:?}");
+        for block in [6144, 7168, 14336, 4096, 48] {
+            assert_eq!(CLASSES[class_index(block)].round, 0, "{block}");
+        }
+        assert_eq!(CLASSES[class_index(8192)].round, 8192);
+        assert_eq!(CLASSES[class_index(12288)].round, 8192);
+        assert_eq!(CLASSES[CLASS_COUNT - 1].round, 512 << 10);
+    }
+
     proptest! {
         #[test]
         fn a_class_fits_its_request_with_bounded_waste(bytes in 1u32..(1 << 20)) {
@@ -289,6 +371,8 @@ mod tests {
                     // can be rounded to.
                     let slack = align.saturating_sub(u64::from(g.block_align()));
                     prop_assert!(u64::from(g.block) >= bytes + slack);
+                    // A rounding `free` accepts (`Geometry::round`).
+                    prop_assert!(align <= u64::from(MAX_DATA_ALIGN) || align <= u64::from(g.round));
                     prop_assert!(bytes < LARGE_THRESHOLD);
                 }
                 Placement::Large { bytes: b, align: a } => {
@@ -302,7 +386,7 @@ mod tests {
         #[test]
         fn geometry_blocks_fit_and_bits_cover_them(class in 0usize..CLASS_COUNT) {
             let g = CLASSES[class];
-            prop_assert_eq!(g, Geometry::of(g.block));
+            prop_assert_eq!(Geometry { round: 0, ..g }, Geometry::of(g.block));
             prop_assert!(g.usable * WORD_BITS >= g.usable);
             prop_assert!(g.usable <= g.words * WORD_BITS);
             prop_assert!(u64::from(g.data) + u64::from(g.usable) * u64::from(g.block) <= SLAB_SIZE);

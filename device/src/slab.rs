@@ -183,17 +183,20 @@ impl Slab {
     /// byte, or — from `aligned_alloc` with an alignment above
     /// `MAX_DATA_ALIGN` (4 KiB), the only ones rounded up inside a block
     /// (`size_class::place`) — the first byte rounded up to that alignment,
-    /// which is then `addr`'s own (its lowest set bit, above 4 KiB) and more
-    /// than `addr`'s distance into the block, in a block of more than 4 KiB
-    /// (`place` gives such an alignment no smaller one). What `free` accepts: any
-    /// other pointer into a block (`p + 8`, and `p + 16` at a 32-byte
-    /// boundary, which a 48-byte block's middle often is) is an invalid
-    /// free, which frees nothing. (A pointer into a block of more than 4
-    /// KiB at a boundary of more than 4 KiB, which such a rounding could
-    /// have made, is taken for one: without a tag per allocation, no
-    /// allocator can tell.) Until 2026-12-07 any pointer into a block at a
-    /// boundary above its distance into it was taken: `free(p + 16)` freed
-    /// half the 48-byte blocks it was given.
+    /// which is then at most `addr`'s own (its lowest set bit) and the
+    /// class's `geo.round` (the most `place` rounds up to in it; 0 for
+    /// none), and more than `addr`'s distance into the block. What `free`
+    /// accepts: any other pointer into a block (`p + 8`, and `p + 16` at a
+    /// 32-byte boundary, which a 48-byte block's middle often is) is an
+    /// invalid free, which frees nothing. (A pointer into a block at a
+    /// boundary that such a rounding could have made is taken for one:
+    /// without a tag per allocation, no allocator can tell.) Until
+    /// 2026-12-07 any pointer into a block at a boundary above its distance
+    /// into it was taken: `free(p + 16)` freed half the 48-byte blocks it
+    /// was given; and later that day, any such pointer in a block of more
+    /// than 4 KiB, whatever its class could be rounded to: 2 KiB into the
+    /// third 6 KiB block, at a 16 KiB boundary, freed that live block (a
+    /// review; `place` never rounds up in the 6 KiB class).
     #[inline(always)]
     pub fn freeable_index_of(self, addr: u64, geo: Geometry) -> Option<u32> {
         // Below the blocks, the subtraction wraps past the range check.
@@ -206,17 +209,17 @@ impl Slab {
         // `addr`'s alignment, at most 2^31 (more than any block).
         let low = addr as u32 | 1 << 31;
         let align = low & low.wrapping_neg();
-        // Above 4 KiB, `into` below `addr`'s alignment; else 0 (a bound of
-        // 1). Of four forms (ptxas, 2026-12-07), this one costs the free
-        // path least: a register more than before on sm_75 and sm_90. In a
-        // block of 4 KiB or less no pointer is rounded up (`place` gives an
-        // alignment above 4 KiB a larger block): 0 there, whatever `addr`'s
-        // alignment — a 48-byte block at offset 8 176 has its `p + 16` at
-        // an 8 KiB boundary, which was taken for the block (a review,
-        // 2026-12-07). `big` is all ones above 4 KiB, else 0: as a mask,
-        // no register more than before (a select cost one or two).
-        let big = (MAX_DATA_ALIGN.wrapping_sub(geo.block) >> 31).wrapping_neg();
-        let limit = (align & !(2 * MAX_DATA_ALIGN - 1) & big).max(1);
+        // Above 4 KiB, `into` below `addr`'s alignment and the class's
+        // `round`; else 0 (a bound of 1). Of four forms (ptxas,
+        // 2026-12-07), this one costs the free path least: a register more
+        // than before on sm_75 and sm_90. In a block of 4 KiB or less no
+        // pointer is rounded up (`place` gives an alignment above 4 KiB a
+        // larger block; `round` is 0): 0 there, whatever `addr`'s alignment
+        // — a 48-byte block at offset 8 176 has its `p + 16` at an 8 KiB
+        // boundary, which was taken for the block (a review, 2026-12-07).
+        // The class's `round` in place of a mask of its block's size (all
+        // ones above 4 KiB) cost no register (ptxas, 2026-12-07).
+        let limit = (align & !(2 * MAX_DATA_ALIGN - 1)).min(geo.round).max(1);
         (index < geo.usable && into < limit).then_some(index)
     }
 
@@ -793,9 +796,11 @@ mod tests {
                     .chain([u64::from(geo.block) - 1]);
                 for d in into.filter(|&d| d < u64::from(geo.block)) {
                     let p = start + d;
+                    // The most `aligned_alloc` rounds up by in this class:
+                    // `p`'s own alignment, at most the class's `round`.
                     let own = 1u64 << p.trailing_zeros();
-                    let rounded = geo.block > MAX_DATA_ALIGN && own > u64::from(MAX_DATA_ALIGN);
-                    let want = (rounded && d < own).then_some(i);
+                    let most = own.min(u64::from(geo.round));
+                    let want = (most > u64::from(MAX_DATA_ALIGN) && d < most).then_some(i);
                     assert_eq!(
                         slab.freeable_index_of(p, geo),
                         want,
@@ -819,6 +824,18 @@ mod tests {
         assert_eq!(p - slab.0, 8176, "the first such block");
         assert_eq!(slab.freeable_index_of(p + 16, geo), None);
         assert_eq!(slab.freeable_index_of(p, geo), Some(at));
+        // A class that `aligned_alloc` never rounds up in (6 KiB: a smaller
+        // class serves every request aligned above 4 KiB that it could):
+        // its block 2 at 0x3800 has 0x4000, 2 KiB into it, at a 16 KiB
+        // boundary — no pointer it hands out (a review, 2026-12-07: it was
+        // taken for one, and freed the live block). The 1 MiB class is
+        // rounded to 512 KiB at most: 1 MiB into its block 0 is not one.
+        let geo = geometry(class_index(6144));
+        assert_eq!(slab.block_addr(2, geo) - slab.0, 0x3800);
+        assert_eq!(slab.freeable_index_of(slab.0 + 0x4000, geo), None);
+        let geo = geometry(class_index(1 << 20));
+        assert_eq!(slab.freeable_index_of(slab.0 + 0x10_0000, geo), None);
+        assert_eq!(slab.freeable_index_of(slab.0 + 0x8_0000, geo), Some(0));
         // What `aligned_alloc` hands out above 4 KiB: freeable.
         for align in [8192u64, 16_384, 65_536, 262_144] {
             for bytes in [1u64, 100, 4096, 20_000] {
