@@ -160,22 +160,27 @@ pub struct ConfigValues {
 
 impl ConfigValues {
     /// The values with every field in range: slots 1..=MAX_SLOTS (0 stays 0,
-    /// an unbound heap, and so does a heap with no hint table), ports ≤ MAX_PORTS, region ≤
+    /// an unbound heap, and so does a heap with no hint table or no
+    /// stream), streams a power of two, rounded down (the host sized the
+    /// hint table for what it wrote: rounded up, 3 streams indexed a
+    /// fourth's hints past its end; a review, 2026-12-07) and at most
+    /// MAX_STREAMS, ports ≤ MAX_PORTS, region ≤
     /// MAX_REGION and ending below `guard::SLOT_ADDR_LIMIT` (a slot names
     /// its slab in 32 bits; no GPU address comes near it), an unknown
     /// provider as `Unbound`.
     pub fn clamped(self) -> ConfigValues {
         use crate::heap::{MAX_REGION, MAX_SLOTS};
         ConfigValues {
-            slot_count: if self.slot_count == 0 || self.hints == 0 {
+            slot_count: if self.slot_count == 0 || self.hints == 0 || self.streams == 0 {
                 0
             } else {
                 self.slot_count.min(MAX_SLOTS as u32)
             },
             provider: ProviderKind::from_raw(self.provider) as u32,
-            streams: crate::heap::stream_count_for(
-                u64::from(self.streams) * crate::heap::WARPS_PER_STREAM,
-            ),
+            streams: match self.streams {
+                0 => 1,
+                n => (1 << n.ilog2()).min(crate::heap::MAX_STREAMS as u32),
+            },
             port_count: self.port_count.min(crate::rpc::wire::MAX_PORTS as u32),
             region_len: self
                 .region_len
@@ -807,6 +812,26 @@ mod tests {
         let past = region(SLOT_ADDR_LIMIT - (4 << 21), 16 << 21).clamped();
         assert_eq!(past.region_base + past.region_len, SLOT_ADDR_LIMIT);
         assert_eq!(region(SLOT_ADDR_LIMIT, 1 << 30).clamped().region_len, 0);
+    }
+
+    /// Streams index the hint table the host sized for them: never
+    /// rounded up past it.
+    #[test]
+    fn streams_are_a_power_of_two_no_more_than_written() {
+        let streams = |streams| {
+            ConfigValues {
+                streams,
+                slot_count: 64,
+                hints: 0x7f00_0000_0000,
+                ..ConfigValues::default()
+            }
+            .clamped()
+        };
+        for (written, kept) in [(1, 1), (3, 2), (4, 4), (1000, 512), (u32::MAX, 8192)] {
+            assert_eq!(streams(written).streams, kept, "{written}");
+            assert_eq!(streams(written).slot_count, 64);
+        }
+        assert_eq!(streams(0).slot_count, 0, "no stream: unbound");
     }
 
     #[test]

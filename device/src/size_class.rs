@@ -66,8 +66,12 @@ pub const fn class_index(block: u32) -> usize {
     }
     // block in (2^(p-1), 2^p], p >= 7: classes 6, 7 and 8 << (p - 3).
     let p = WORD_BITS - (block - 1).leading_zeros();
-    let top = block >> (p - 3); // 6, 7 or 8
-    4 + 3 * (p as usize - 7) + (top as usize - 6)
+    // 6, 7 or 8 for a class's block; 4 or 5 for other sizes (a corrupt
+    // header's, `Header::geometry`), which then name another class, with
+    // no underflow (the sum before the subtraction: a debug build's
+    // overflow check panicked on 80, a review, 2026-12-07).
+    let top = block >> (p - 3);
+    4 + 3 * (p as usize - 7) + top as usize - 6
 }
 
 /// The block size of class `index`.

@@ -855,6 +855,29 @@ mod tests {
         }
     }
 
+    /// A header whose block is no class's names none, whatever it holds
+    /// (a corrupt slab's, read by the host's check): 80 and 100 made
+    /// `class_index` underflow, a panic in a debug build.
+    #[test]
+    fn a_header_of_no_class_names_no_geometry() {
+        use super::Header;
+        use crate::size_class::{CLASSES, LARGE_THRESHOLD};
+        let of = |block| {
+            Header {
+                block,
+                ..Header::new(geometry(0), 0)
+            }
+            .geometry()
+        };
+        for block in [0, 1, 15, 17, 80, 100, 65, 127, 129, 5000, u32::MAX] {
+            assert_eq!(of(block), None, "{block}");
+        }
+        for block in (16..=LARGE_THRESHOLD as u32 + 16).step_by(16) {
+            let class = CLASSES.iter().find(|g| g.block == block).copied();
+            assert_eq!(of(block), class, "{block}");
+        }
+    }
+
     #[test]
     fn runs_of_marks_the_starts_of_free_runs() {
         // Each start p, for every n, against the bits one by one.
