@@ -50,7 +50,7 @@ fn rpc(c: &mut Criterion) {
     group.bench_function("round_trip", |b| {
         // SAFETY: the heap's 64 ports outlive the benchmark; its server serves
         // them, and only these clients lock them, through `locks`.
-        let client = unsafe { Client::new(ports, 64, &locks) };
+        let client = unsafe { Client::new(ports, 64, &locks) }.expect("64 ports");
         let mut n = 0;
         b.iter(|| {
             n += 1;
@@ -67,7 +67,8 @@ fn rpc(c: &mut Criterion) {
                     let ports = ports as usize;
                     s.spawn(move || {
                         // SAFETY: as above.
-                        let client = unsafe { Client::new(ports as *mut _, 64, locks) };
+                        let client =
+                            unsafe { Client::new(ports as *mut _, 64, locks) }.expect("64 ports");
                         for i in 0..per_thread {
                             let n = t << 32 | i;
                             assert_eq!(ping(&client, n), !n);

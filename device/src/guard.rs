@@ -224,8 +224,9 @@ pub mod plant {
     pub use super::{
         LOCK_WITHOUT_ACQUIRE, MARK_WITHOUT_RELEASE, POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG,
         PUBLISH_BY_ADD, PUBLISH_WITHOUT_RELEASE, RECLAIM_WITHOUT_ACQUIRE, RECLAIM_WITHOUT_COUNT,
-        RPC_FLIP_BEFORE_RELEASE, RPC_REPLY_WITHOUT_RELEASE, TAKE_CLEARS_BY_STORE,
-        TAKE_MARK_WITHOUT_ACQUIRE, UNTAGGED_AS_CLASS_ZERO,
+        RPC_FLIP_BEFORE_RELEASE, RPC_LOCK_WITHOUT_FENCES, RPC_LOCK_WITHOUT_WAIT,
+        RPC_REPLY_WITHOUT_RELEASE, TAKE_CLEARS_BY_STORE, TAKE_MARK_WITHOUT_ACQUIRE,
+        UNTAGGED_AS_CLASS_ZERO,
     };
 
     /// Plants `bug` (or `NONE`) for the models that run next.
@@ -290,6 +291,16 @@ pub const MARK_WITHOUT_RELEASE: u32 = 12;
 /// acquire fence after it, with the same outcome as
 /// [`MARK_WITHOUT_RELEASE`].
 pub const TAKE_MARK_WITHOUT_ACQUIRE: u32 = 13;
+
+/// Planted bug: an RPC client locks and unlocks a port without the gpu
+/// fences around the lock bit, so the next holder can read the port's
+/// flags as they were before the last holder's request: it takes a port
+/// whose request the server has not taken for free, and overwrites it.
+pub const RPC_LOCK_WITHOUT_FENCES: u32 = 14;
+/// Planted bug: an RPC client that locked a port does not wait until the
+/// server has taken the port's previous request (a free, which no one
+/// waits for), and overwrites it.
+pub const RPC_LOCK_WITHOUT_WAIT: u32 = 15;
 
 /// Whether `bug` is planted (always false outside loom builds).
 #[inline(always)]

@@ -20,7 +20,7 @@ unsafe fn channel<'a>(
     port_count: u32,
     locks: *mut u32,
     stats: *mut u64,
-) -> (Client<'a>, &'a AtomicU64, &'a AtomicU64) {
+) -> (Option<Client<'a>>, &'a AtomicU64, &'a AtomicU64) {
     let words = port_count.div_ceil(32) as usize;
     // SAFETY: the caller's contract.
     unsafe {
@@ -41,6 +41,11 @@ kernel! {
     pub fn rpc_ping(ports: *mut Port, port_count: u32, locks: *mut u32, stats: *mut u64, rounds: u32) {
         // SAFETY: the kernel's parameters, as `channel` asks.
         let (client, bad, calls) = unsafe { channel(ports, port_count, locks, stats) };
+        let Some(client) = client else {
+            // No port: a broken expectation, not a hang.
+            bad.fetch_add(1);
+            return;
+        };
         let me = simt::global_thread_id();
         for round in 0..u64::from(rounds) {
             let mut args = [0u64; LANE_WORDS];
@@ -65,6 +70,11 @@ kernel! {
     pub fn rpc_mixed(ports: *mut Port, port_count: u32, locks: *mut u32, stats: *mut u64) {
         // SAFETY: the kernel's parameters, as `channel` asks.
         let (client, bad, calls) = unsafe { channel(ports, port_count, locks, stats) };
+        let Some(client) = client else {
+            // No port: a broken expectation, not a hang.
+            bad.fetch_add(1);
+            return;
+        };
         let me = simt::global_thread_id();
         let args: [u64; LANE_WORDS] = core::array::from_fn(|i| (me << 24) ^ i as u64);
         let ping = simt::lane_id().is_multiple_of(2);

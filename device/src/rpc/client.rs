@@ -15,7 +15,9 @@
 //!             ─► release (gpu);  leader: unlock the port
 //! ```
 
-use crate::guard::{RPC_FLIP_BEFORE_RELEASE, planted};
+use crate::guard::{
+    RPC_FLIP_BEFORE_RELEASE, RPC_LOCK_WITHOUT_FENCES, RPC_LOCK_WITHOUT_WAIT, planted,
+};
 use crate::index::{reduce, wrap};
 use crate::rpc::wire::Port;
 use crate::rpc::wire::{LANE_WORDS, Reply, Request, Status};
@@ -32,18 +34,22 @@ pub struct Client<'a> {
 impl<'a> Client<'a> {
     /// A client of the `port_count` ports at `ports`, locking them with the
     /// bits of `locks` (bit `i % 32` of word `i / 32` for port `i`; ports
-    /// beyond `locks` are not used).
+    /// beyond `locks` are not used); `None` when that leaves no port (no
+    /// port, or no lock word): a client with none spun for ever looking
+    /// for a free one, or used a port past the mailbox (a review,
+    /// 2026-12-07).
     ///
     /// # Safety
     /// `ports` points to `port_count` ports that stay mapped while the client
     /// is used, served by one server, and locked only through `locks`.
-    pub unsafe fn new(ports: *mut Port, port_count: u32, locks: &'a [AtomicU32]) -> Self {
+    pub unsafe fn new(ports: *mut Port, port_count: u32, locks: &'a [AtomicU32]) -> Option<Self> {
         let usable = (locks.len() * 32).min(u32::MAX as usize) as u32;
-        Client {
+        let port_count = port_count.min(usable);
+        (port_count != 0 && !ports.is_null()).then_some(Client {
             ports,
-            port_count: port_count.min(usable),
+            port_count,
             locks,
-        }
+        })
     }
 
     fn port(&self, index: u32) -> &Port {
@@ -70,7 +76,7 @@ impl<'a> Client<'a> {
     /// Locks a port (one lane, no collectives) and waits until the server
     /// has taken the port's previous request; returns the port's index.
     fn lock_alone(&self) -> u32 {
-        let count = self.port_count.max(1);
+        let count = self.port_count;
         // Warps spread over the ports by Fibonacci hashing of the
         // warp's slot: warps running at once land far apart and
         // evenly, with no division. A lane goes round the ports from
@@ -92,16 +98,20 @@ impl<'a> Client<'a> {
                 rounds = rounds.saturating_add(1);
             }
         };
-        // ORDERING: acquire (gpu): pairs with the release fence in
-        // `unlock_alone`: the previous holder's use of the port
-        // happens-before ours.
-        fence(Ordering::Acquire, Scope::Gpu);
+        if !planted(RPC_LOCK_WITHOUT_FENCES) {
+            // ORDERING: acquire (gpu): pairs with the release fence in
+            // `unlock_alone`: the previous holder's use of the port
+            // happens-before ours.
+            fence(Ordering::Acquire, Scope::Gpu);
+        }
         // Wait until the server has taken the previous request.
         let port = self.port(index);
         let mut backoff = Backoff::new();
         // ORDERING: acquire (sys): pairs with the server's release
         // before it set `server`; the port's payload is ours after this.
-        while port.server.load(Ordering::Acquire) != port.client.load(Ordering::Relaxed) {
+        while port.server.load(Ordering::Acquire) != port.client.load(Ordering::Relaxed)
+            && !planted(RPC_LOCK_WITHOUT_WAIT)
+        {
             backoff.snooze();
         }
         index
@@ -116,9 +126,12 @@ impl<'a> Client<'a> {
 
     /// Unlocks port `index` (the lane that locked it).
     fn unlock_alone(&self, index: u32) {
-        // ORDERING: release (gpu): our use of the port happens-before
-        // the next holder's; pairs with the acquire fence in `lock_alone`.
-        fence(Ordering::Release, Scope::Gpu);
+        if !planted(RPC_LOCK_WITHOUT_FENCES) {
+            // ORDERING: release (gpu): our use of the port happens-before
+            // the next holder's; pairs with the acquire fence in
+            // `lock_alone`.
+            fence(Ordering::Release, Scope::Gpu);
+        }
         if let Some(word) = self.locks.get((index / 32) as usize) {
             word.fetch_and(!(1u32 << (index % 32)));
         }
@@ -256,5 +269,29 @@ impl<'a> Client<'a> {
         // (`hand_over`'s release publishes our arguments: one lane.)
         self.hand_over(port, 1 << lane, &Request::Free { addr, bytes });
         self.unlock_alone(index);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    /// No port to lock is no client (it spun for ever, or used a port past
+    /// the mailbox); a port that a lock bit covers is one.
+    #[test]
+    fn a_client_needs_a_port_and_a_lock_bit() {
+        let mut ports: Vec<Port> = (0..2).map(|_| Port::new()).collect();
+        let locks = [AtomicU32::new(0)];
+        let at = ports.as_mut_ptr();
+        // SAFETY: two ports, alive here, served by no one: no call is made.
+        unsafe {
+            assert!(Client::new(at, 0, &locks).is_none());
+            assert!(Client::new(at, 2, &[]).is_none());
+            assert!(Client::new(core::ptr::null_mut(), 2, &locks).is_none());
+            let client = Client::new(at, 2, &locks).expect("two ports");
+            assert_eq!(client.port_count, 2);
+        }
     }
 }

@@ -72,20 +72,17 @@ impl Mailbox {
     #[inline(always)]
     pub fn client(&self) -> Option<Client<'_>> {
         let (ports, count) = self.ports();
-        if ports == 0 || count == 0 {
-            return None;
-        }
         // SAFETY: the host binds `ports` to `count` ports of a mapped
         // mailbox that one server serves for as long as the heap is used,
         // and locks them only through these bits (the contract of binding a
-        // heap's mailbox).
-        Some(unsafe {
+        // heap's mailbox); none (0) is no client.
+        unsafe {
             Client::new(
                 core::ptr::with_exposed_provenance_mut(ports as usize),
                 count,
                 &self.locks,
             )
-        })
+        }
     }
 }
 
