@@ -168,8 +168,8 @@ enum Command {
         /// Threads per block (1 to 1 024, CUDA's most).
         #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=1024))]
         threads: u32,
-        /// Allocation rounds per thread (at most 1 000 000).
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+        /// Allocation rounds per thread (1 to 1 000 000).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         iterations: u32,
         /// Largest small request (bytes, at least 16: the kernels' blocks
         /// carry a 16-byte owner tag; sizes are log-uniform from 16).
@@ -324,13 +324,23 @@ fn main() -> ExitCode {
                 heap_config(pool_slabs, limit, spill, pool_fallback),
                 schedule,
             )?;
+            let kernels: Vec<String> = if kernels.is_empty() {
+                KERNELS.iter().map(|k| k.to_string()).collect()
+            } else {
+                kernels
+            };
+            if plant_corruption != 0 && !kernels.iter().any(|k| k == "lifetimes") {
+                // It plants in `lifetimes` only: without it the run would
+                // pass with nothing planted.
+                return Err(warpalloc::HostError::Config(
+                    "--plant-corruption plants in the `lifetimes` kernel, which --kernels \
+                     leaves out"
+                        .into(),
+                ));
+            }
             let sms = launcher(&heap).info().multiprocessors;
             let args = StressArgs {
-                kernels: if kernels.is_empty() {
-                    KERNELS.iter().map(|k| k.to_string()).collect()
-                } else {
-                    kernels
-                },
+                kernels,
                 blocks: blocks
                     .unwrap_or(8u32.saturating_mul(sms.max(1)).min(MAX_THREADS / threads)),
                 threads,

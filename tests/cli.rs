@@ -868,6 +868,11 @@ fn launch_shapes_past_the_kernels_limits_are_refused() {
         (&["--threads", "2048"], "--threads"),
         (&["--blocks", "0"], "--blocks"),
         (&["--iterations", "2147483648"], "--iterations"),
+        (&["--iterations", "0"], "--iterations"),
+        (
+            &["--kernels", "churn", "--plant-corruption", "4"],
+            "--plant-corruption",
+        ),
     ] {
         let mut all = vec!["--simulator", "stress"];
         all.extend_from_slice(args);

@@ -31,7 +31,9 @@ pub struct Stats {
     pub bytes: u64,
     /// Large blocks (≥ 1 MiB) allocated.
     pub large: u64,
-    /// The first corrupt block's owner tag (`owner << 32 | seq`), if any.
+    /// The first corrupt block's owner tag, `1 << 63 | owner << 32 | seq`
+    /// (0: none; `seq` is `u32::MAX` for a block handed over whose tag
+    /// did not match), if the kernel records one.
     pub first_bad: u64,
     /// Bytes the kernel's threads hold now (requested sizes of the blocks
     /// allocated and not yet checked and freed; 0 after a clean run).
@@ -141,38 +143,45 @@ pub fn pattern_byte(owner: u32, seq: u32, i: usize) -> u8 {
     (mix(owner ^ mix(seq ^ mix(i as u32 >> 2))) >> (8 * (i & 3))) as u8
 }
 
-/// The step of a block's checked spans past its first 256 bytes: 256 B up
-/// to 64 KiB, 4 KiB above. Under Miri, which looks for undefined behaviour
-/// rather than overlap and interprets every byte written, 64 KiB: the
-/// denser spans added 150 s to CI's Miri job (2026-12-07).
+/// Whether a block of `size` bytes carries its pattern in every 16-byte
+/// granule past its head: up to 64 KiB. Not under Miri, which looks for
+/// undefined behaviour rather than overlap and interprets every byte
+/// written: denser spans added 150 s to CI's Miri job (2026-12-07).
 #[inline(always)]
-fn span_step(size: usize) -> usize {
-    if cfg!(miri) {
-        64 << 10
-    } else if size <= 64 << 10 {
-        256
-    } else {
-        4096
-    }
+fn dense(size: usize) -> bool {
+    !cfg!(miri) && size <= 64 << 10
 }
 
-/// Offsets of a block that carry the pattern: every byte of the first 256,
-/// then 16 bytes at each [`span_step`], and the last 16. (A full write of a
-/// 3 MiB block would dominate a simulator run.) Every block writes its
-/// first 256 bytes, so a block that starts inside one of up to 64 KiB, 256
-/// bytes or more before its end, covers one of its spans, and a check
-/// fails (the test `a_block_inside_another_is_seen`); in a larger block,
-/// only a block over one of its spans, 4 KiB apart, is seen. Until
-/// 2026-12-07 the spans were 64 KiB apart, and a block whose start fell in
-/// another's unchecked middle went unseen (a review).
+/// The step of a sparse block's checked spans past its first 256 bytes:
+/// 4 KiB; 64 KiB under Miri.
+#[inline(always)]
+fn span_step() -> usize {
+    if cfg!(miri) { 64 << 10 } else { 4096 }
+}
+
+/// Offsets of a block that carry the pattern: every byte of the first 256;
+/// then, up to 64 KiB ([`dense`]), the first 4 bytes of every 16-byte
+/// granule, else 16 bytes at each [`span_step`]; and the last 16. (A full
+/// write of a 3 MiB block would dominate a simulator run.) Blocks are
+/// 16-byte aligned and at least 16 bytes long, and each writes its first
+/// 16 (its tag), so a block that starts inside a dense one covers one of
+/// its granules' checked bytes, and a check fails (the test
+/// `a_block_inside_another_is_seen`); in a larger block, only a block over
+/// one of its spans, 4 KiB apart, is seen. Until 2026-12-07 the spans were
+/// 64 KiB apart, then 16 bytes every 256 (a review: a 48-byte block inside
+/// an 8 KiB one, between two spans, went unseen; another review).
 #[inline(always)]
 fn pattern_spans(size: usize, mut f: impl FnMut(usize, usize)) {
     let head = size.min(256);
     f(0, head);
-    let step = span_step(size);
+    let (step, len) = if dense(size) {
+        (16, 4)
+    } else {
+        (span_step(), 16)
+    };
     let mut at = step.max(256);
-    while at + 16 <= size {
-        f(at, 16);
+    while at + len <= size {
+        f(at, len);
         at += step;
     }
     if size > 256 {
@@ -186,8 +195,10 @@ fn pattern_spans(size: usize, mut f: impl FnMut(usize, usize)) {
 pub fn checked_middle(size: usize) -> usize {
     if size <= 256 {
         size / 2
+    } else if dense(size) {
+        size / 2 / 16 * 16
     } else {
-        size / 2 / span_step(size) * span_step(size)
+        size / 2 / span_step() * span_step()
     }
 }
 
@@ -266,7 +277,7 @@ unsafe fn check_and_free(stats: *mut u64, p: *mut u8, size: usize, owner: u32, s
     // SAFETY: the caller's contract.
     if !unsafe { check_pattern(p, size, owner, seq) } {
         count(stats, 3, 1);
-        let _ = stat(stats, 7).compare_exchange(0, (u64::from(owner) << 32) | u64::from(seq));
+        first_bad(stats, owner, seq);
     }
     // SAFETY: the caller owns `p`, and nothing uses it after.
     unsafe { free(p) };
@@ -274,9 +285,63 @@ unsafe fn check_and_free(stats: *mut u64, p: *mut u8, size: usize, owner: u32, s
     stat(stats, 8).fetch_sub(size as u64);
 }
 
-/// Hands `p` to the shared array at a random slot; returns what was there.
+/// Bits of a transfer slot's word that carry the pointer; the 16 above
+/// them carry the low 16 bits of the thread that left it (pointers, the
+/// GPU's and the host's, lie below 2^48).
+const TRANSFER_PTR_BITS: u32 = 48;
+
+/// The word a transfer slot holds for `p`, left by thread `owner`.
 #[inline(always)]
-fn hand_over(transfer: *mut u64, slots: u32, rng: &mut Rng, p: *mut u8) -> *mut u8 {
+fn transfer_word(p: *mut u8, owner: u32) -> u64 {
+    p.expose_provenance() as u64 | u64::from(owner & 0xffff) << TRANSFER_PTR_BITS
+}
+
+/// A transfer slot's word: the block, and the low 16 bits of the thread
+/// that left it.
+#[inline(always)]
+fn from_transfer(word: u64) -> (*mut u8, u32) {
+    let p =
+        core::ptr::with_exposed_provenance_mut((word & ((1 << TRANSFER_PTR_BITS) - 1)) as usize);
+    (p, (word >> TRANSFER_PTR_BITS) as u32)
+}
+
+/// Takes a block another thread left in `transfer`: checks it against its
+/// tag and the thread that left it (two threads given one block, the
+/// second's pattern over the first's, would pass a check by the tag
+/// alone: a review, 2026-12-07), and frees it; counts the result.
+///
+/// # Safety
+/// `got` is a live block, ours by a swap of its slot, left with `from`.
+unsafe fn take_handed(stats: *mut u64, got: *mut u8, from: u32) {
+    // SAFETY: blocks in `transfer` are live and at least 16 bytes.
+    match unsafe { read_tag(got) } {
+        Some((owner, s, n)) if owner & 0xffff == from && usable_size(got) >= n => {
+            // SAFETY: the caller's contract; `n` bytes are the block's.
+            unsafe { check_and_free(stats, got, n, owner, s) }
+        }
+        _ => {
+            count(stats, 3, 1);
+            first_bad(stats, from, u32::MAX);
+            // SAFETY: ours, by the swap.
+            unsafe { free(got) };
+            count(stats, 1, 1);
+        }
+    }
+}
+
+/// Records the first corrupt block, `(owner, seq)`, in `stats[7]`: its tag
+/// with bit 63 set, so that owner 0's block 0 is not "none" (a review,
+/// 2026-12-07).
+#[inline(always)]
+fn first_bad(stats: *mut u64, owner: u32, seq: u32) {
+    let tag = 1 << 63 | u64::from(owner & 0x7fff_ffff) << 32 | u64::from(seq);
+    let _ = stat(stats, 7).compare_exchange(0, tag);
+}
+
+/// Hands `p` (ours: thread `me`'s) to the shared array at a random slot;
+/// returns what was there, and the low 16 bits of the thread that left it.
+#[inline(always)]
+fn hand_over(transfer: *mut u64, slots: u32, rng: &mut Rng, p: *mut u8, me: u32) -> (*mut u8, u32) {
     let at = rng.below(slots) as usize;
     // SAFETY: the host allocated `slots` words at `transfer`, only ever
     // accessed atomically.
@@ -284,11 +349,11 @@ fn hand_over(transfer: *mut u64, slots: u32, rng: &mut Rng, p: *mut u8) -> *mut 
     // ORDERING: release (gpu): our pattern writes happen-before the taker's
     // checks; pairs with the acquire fence below on the taking side.
     fence(Ordering::Release, Scope::Gpu);
-    let old = slot.swap(p.expose_provenance() as u64);
+    let old = slot.swap(transfer_word(p, me));
     // ORDERING: acquire (gpu): pairs with the release fence of whoever put
     // `old` there.
     fence(Ordering::Acquire, Scope::Gpu);
-    core::ptr::with_exposed_provenance_mut(old as usize)
+    from_transfer(old)
 }
 
 /// Live blocks a churning thread keeps.
@@ -330,20 +395,11 @@ kernel! {
             // SAFETY: a fresh block of `size` bytes, ours.
             unsafe { write_pattern(p, size, me, seq) };
             if slots != 0 && rng.below(4) == 0 {
-                let got = hand_over(transfer, slots, &mut rng, p);
+                let (got, from) = hand_over(transfer, slots, &mut rng, p, me);
                 if !got.is_null() {
                     // SAFETY: blocks in `transfer` are live, ≥ 16 bytes and
                     // tagged by their writer; the swap made it ours.
-                    match unsafe { read_tag(got) } {
-                        // SAFETY: as above.
-                        Some((owner, s, n)) => unsafe { check_and_free(stats, got, n, owner, s) },
-                        None => {
-                            count(stats, 3, 1);
-                            // SAFETY: ours, by the swap.
-                            unsafe { free(got) };
-                            count(stats, 1, 1);
-                        }
-                    }
+                    unsafe { take_handed(stats, got, from) };
                 }
             } else {
                 let at = rng.below(WINDOW as u32) as usize;
@@ -373,17 +429,13 @@ kernel! {
         while at < slots {
             // SAFETY: `at < slots`, accessed atomically.
             let slot = unsafe { AtomicU64::from_ptr(transfer.wrapping_add(at as usize)) };
-            let got: *mut u8 = core::ptr::with_exposed_provenance_mut(slot.swap(0) as usize);
+            let (got, from) = from_transfer(slot.swap(0));
             // ORDERING: acquire (gpu): pairs with the release fence of the
             // thread that left the block (in an earlier launch as well).
             fence(Ordering::Acquire, Scope::Gpu);
             if !got.is_null() {
                 // SAFETY: live tagged blocks, ours by the swap.
-                match unsafe { read_tag(got) } {
-                    // SAFETY: as above.
-                    Some((owner, s, n)) => unsafe { check_and_free(stats, got, n, owner, s) },
-                    None => count(stats, 3, 1),
-                }
+                unsafe { take_handed(stats, got, from) };
             }
             at += threads;
         }
@@ -553,6 +605,7 @@ kernel! {
     /// handed out (`foreign`) must change nothing (the heap counts them).
     /// Counts each broken promise in `broken`.
     pub fn bad_input(stats: *mut u64, foreign: u64) {
+        let me = simt::global_thread_id() as u32;
         let broken = |bad: bool| if bad { count(stats, 4, 1) };
         broken(!malloc(0).is_null());
         broken(!malloc(usize::MAX).is_null());
@@ -582,7 +635,7 @@ kernel! {
         // pointer the heap never handed out.
         unsafe {
             if mine {
-                write_pattern(p, 40, 7, 7);
+                write_pattern(p, 40, me, 7);
                 free(p.wrapping_add(8));
                 broken(!warpalloc_device::realloc(p.wrapping_add(8), 64).is_null());
                 broken(usable_size(p.wrapping_add(8)) != 0);
@@ -592,7 +645,7 @@ kernel! {
                 // pointer up inside its block).
                 free(p.wrapping_add(16));
                 broken(usable_size(p.wrapping_add(16)) != 0);
-                broken(usable_size(p) < 40 || !check_pattern(p, 40, 7, 7));
+                broken(usable_size(p) < 40 || !check_pattern(p, 40, me, 7));
                 free(p);
             }
             simt::syncwarp(simt::warp_mask());
@@ -1111,12 +1164,13 @@ mod tests {
     use super::{check_pattern, checked_middle, write_pattern};
     use alloc::vec;
 
-    /// A block that starts inside another of up to 64 KiB, 256 bytes or
-    /// more before its end, is seen, written after it: its head (256
-    /// bytes, every one written) covers one of the first's spans, which
-    /// are 256 bytes apart, and one check fails — wherever it starts (every
-    /// 16 B, the blocks' alignment). (In a block above 64 KiB, whose spans
-    /// are 4 KiB apart, only a block over a span is.)
+    /// A block that starts inside another of up to 64 KiB is seen, written
+    /// after it, whatever its size: its tag (its first 16 bytes) covers
+    /// the checked bytes of the first's granule there, and one check fails
+    /// — wherever it starts (every 16 B, the blocks' alignment). (In a
+    /// block above 64 KiB, whose spans are 4 KiB apart, only a block over a
+    /// span is.) With 16 bytes checked every 256 (before 2026-12-07), the
+    /// 16-, 48-, 112- and 128-byte cases failed.
     #[test]
     #[cfg_attr(miri, ignore = "millions of byte checks; runs natively")]
     fn a_block_inside_another_is_seen() {
@@ -1126,10 +1180,15 @@ mod tests {
             (8192, 4096),
             (65_536, 1024),
             (4096, 65_536),
+            (8192, 16),
+            (8192, 48),
+            (512, 16),
+            (65_536, 128),
+            (4096, 112),
         ] {
             let mut memory = vec![0u8; first + second];
             let base = memory.as_mut_ptr();
-            for offset in (16..=first - 256).step_by(16) {
+            for offset in (16..first).step_by(16) {
                 // SAFETY: both blocks lie inside `memory`.
                 let seen = unsafe {
                     write_pattern(base, first, 1, 1);

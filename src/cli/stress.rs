@@ -560,11 +560,19 @@ pub fn stress(
             .problems
             .extend(uncapped_nulls(name, s.nulls, a.capped));
         if s.corrupt != 0 {
+            // `1 << 63 | owner << 32 | seq`, 0 when the kernel records none.
+            let (owner, seq) = ((s.first_bad >> 32) & 0x7fff_ffff, s.first_bad & 0xffff_ffff);
+            let first = match s.first_bad {
+                0 => "the kernel records no first".to_owned(),
+                _ if seq == 0xffff_ffff => format!(
+                    "first: a block handed over by a thread ≡ {owner} mod 65 536 whose tag \
+                     named another owner"
+                ),
+                _ => format!("first: owner {owner}, allocation {seq}"),
+            };
             report.problems.push(format!(
-                "{} blocks failed their pattern check (first: owner {}, allocation {})",
-                s.corrupt,
-                s.first_bad >> 32,
-                s.first_bad & 0xffff_ffff
+                "{} blocks failed their pattern check ({first})",
+                s.corrupt
             ));
         }
         if s.broken != 0 {
@@ -573,10 +581,37 @@ pub fn stress(
                 s.broken
             ));
         }
-        if s.allocs > 0 && traffic == 0 {
+        if s.allocs == 0 {
+            // Every malloc null (a cap that leaves no room), or none made:
+            // nothing of warpalloc's was stressed (a review, 2026-12-07:
+            // it printed OK).
+            report
+                .problems
+                .push("no allocation served: the kernel stressed nothing".to_owned());
+        } else if traffic == 0 {
             report.problems.push(format!(
                 "{} allocations but no heap traffic: warpalloc served none of them",
                 s.allocs
+            ));
+        }
+        // `churn` draws a large block one time in `large_one_in`: none in
+        // twenty times that many allocations (a chance of e^-20) says its
+        // large path went unstressed.
+        if name == "churn"
+            && a.large_one_in != 0
+            && !a.capped
+            && s.allocs / u64::from(a.large_one_in) >= 20
+            && s.large == 0
+        {
+            report.problems.push(format!(
+                "no large block in {} allocations (one in {} drawn)",
+                s.allocs, a.large_one_in
+            ));
+        }
+        if s.live_bytes != 0 {
+            report.problems.push(format!(
+                "the kernel's threads still hold {} bytes by their own count",
+                s.live_bytes
             ));
         }
         if live_after != 0 {
