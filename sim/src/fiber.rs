@@ -187,8 +187,14 @@ impl Baton {
     /// Returns the reply, or unwinds the lane when the launch is aborted.
     pub(crate) fn suspend(&self, request: Request) -> u64 {
         let mut turn = self.lock();
-        *turn = Turn::Scheduler(Some(Resumed::Request(request)));
-        self.changed.notify_all();
+        // An abort stays: a lane that unwinds from it and reaches another
+        // switch point (a destructor's collective) must see it again, not
+        // overwrite it and wait for a turn that never comes (the launch
+        // hung in its join; a review, 2026-12-07).
+        if !matches!(*turn, Turn::Abort) {
+            *turn = Turn::Scheduler(Some(Resumed::Request(request)));
+            self.changed.notify_all();
+        }
         loop {
             match &*turn {
                 Turn::Lane(reply) => return *reply,

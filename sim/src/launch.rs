@@ -176,7 +176,21 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
                 let shared = &shared;
                 let handle = std::thread::Builder::new()
                     .name(format!("warpalloc-sim-worker-{index}"))
-                    .spawn_scoped(scope, move || Worker::new(cfg, shared, kernel, index).run());
+                    .spawn_scoped(scope, move || {
+                        // A worker's own panic (a bug of the simulator's,
+                        // not a lane's, which the lane catches) stops the
+                        // other workers at once, rather than at the
+                        // watchdog (a review, 2026-12-07).
+                        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            Worker::new(cfg, shared, kernel, index).run()
+                        }));
+                        if run.is_err() {
+                            shared
+                                .abort
+                                .store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        run
+                    });
                 match handle {
                     Ok(h) => handles.push(h),
                     Err(e) => {
@@ -190,7 +204,15 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
             let mut all = Vec::with_capacity(workers);
             for h in handles {
                 match h.join() {
-                    Ok(stats) => all.push(stats),
+                    Ok(Ok(stats)) => all.push(stats),
+                    Ok(Err(panic)) => {
+                        let message = panic
+                            .downcast_ref::<String>()
+                            .map(String::as_str)
+                            .or_else(|| panic.downcast_ref::<&str>().copied())
+                            .unwrap_or("(no message)");
+                        return Err(format!("a worker thread panicked: {message}"));
+                    }
                     Err(_) => return Err("a worker thread panicked".to_string()),
                 }
             }

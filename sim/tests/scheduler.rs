@@ -387,6 +387,45 @@ fn thread_fibers_run_collectives_and_tear_down_on_failure() {
     assert!(matches!(err.kind, SimErrorKind::Deadlock { .. }), "{err}");
 }
 
+/// A lane unwound by a failed launch whose destructors reach switch points
+/// (a `Vec` freed through the heap: `dealloc` asks `activemask`) ends, in
+/// either fiber kind: with OS-thread lanes the second switch point of the
+/// unwind overwrote the abort and waited for a turn that never came, and
+/// the launch hung in its join (a review, 2026-12-07).
+#[test]
+fn a_lane_unwound_by_a_failed_launch_passes_its_switch_points() {
+    struct Collects;
+    impl Drop for Collects {
+        fn drop(&mut self) {
+            for _ in 0..3 {
+                let _ = activemask();
+                switch_point();
+            }
+        }
+    }
+    for fibers in [Fibers::Threads, Fibers::Coroutines] {
+        let cfg = LaunchConfig::linear(1, 2).fibers(fibers);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let result = launch(&cfg, || {
+                let _held = Collects;
+                if lane_id() == 0 {
+                    switch_point();
+                    panic!("lane 0 fails the launch");
+                }
+                // Lane 1 waits at a collective lane 0 never joins.
+                syncwarp(0b11);
+            });
+            let _ = tx.send(result.map(|_| ()).map_err(|e| e.to_string()));
+        });
+        let result = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("{fibers:?}: the failed launch hung"));
+        let err = result.expect_err("lane 0 panicked");
+        assert!(err.contains("lane 0 fails the launch"), "{fibers:?}: {err}");
+    }
+}
+
 #[test]
 fn outside_a_launch_the_caller_is_a_one_lane_warp() {
     assert!(!in_launch());
