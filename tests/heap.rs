@@ -419,7 +419,15 @@ fn a_module_built_with_another_heap_layout_is_refused() {
 #[test]
 fn a_config_out_of_range_is_refused_with_its_range() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
-    let cases: [(HeapConfig, &str); 11] = [
+    let cases: [(HeapConfig, &str); 12] = [
+        (
+            HeapConfig {
+                mode: Mode::Pool { slabs: 17 },
+                slots: 16,
+                ..HeapConfig::default()
+            },
+            "a pool of 17 slabs needs as many slots, more than slots (16)",
+        ),
         (
             HeapConfig {
                 streams: Some(3),
@@ -859,7 +867,7 @@ fn the_first_out_of_memory_snapshot_names_the_class_and_the_fix() {
          held by slabs and large blocks; 8.0 MiB mapped (peak 8.0 MiB, 0 B of it free)",
         "class   8.0 KiB: 4 slabs (8.0 MiB), 100 % full, 0 empty",
         &format!("{nulls} nulls"),
-        "the host refused a slab (2.0 MiB): the heap's limit (8.0 MiB) was reached",
+        "the host refused a slab or a large block (2.0 MiB): the heap's limit (8.0 MiB) was reached",
         "raise `HeapConfig::limit`",
     ] {
         assert!(table.contains(said), "{said:?} not in:\n{table}");

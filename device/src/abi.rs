@@ -530,10 +530,12 @@ impl Traffic {
     /// large block: both counted exactly). Revivals may go uncounted
     /// (`slabs_revived`), so slabs already published can serve with none.
     pub fn served(&self) -> u64 {
+        // Saturating: the counters are device memory a stray kernel write
+        // could set to anything (a review, 2026-12-07).
         self.slabs_from_provider
-            + self.slabs_reclaimed
-            + self.slabs_revived
-            + self.large_allocations
+            .saturating_add(self.slabs_reclaimed)
+            .saturating_add(self.slabs_revived)
+            .saturating_add(self.large_allocations)
     }
 
     /// The traffic since `earlier` (counters only grow; a counter smaller

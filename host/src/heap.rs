@@ -219,6 +219,17 @@ impl HeapConfig {
                     .into(),
             );
         }
+        if let Mode::Pool { slabs } = self.mode
+            && slabs > self.slots
+        {
+            // Each pooled slab is published in a slot: the rest would stay
+            // mapped and unused, and the nulls once the table filled would
+            // advise a larger pool (a review, 2026-12-07).
+            return bad(format!(
+                "a pool of {slabs} slabs needs as many slots, more than slots ({})",
+                self.slots
+            ));
+        }
         if let Mode::Pool { slabs } = self.mode {
             let room = self
                 .limit
@@ -1194,7 +1205,10 @@ impl Heap {
         // 2026-12-07). A trim's are the caller's own doing.
         Ok(HeapProfile::from_counts(
             &stats.classes,
-            stats.traffic.slabs_reclaimed + stats.traffic.slabs_given_back,
+            stats
+                .traffic
+                .slabs_reclaimed
+                .saturating_add(stats.traffic.slabs_given_back),
         ))
     }
 
@@ -1333,6 +1347,10 @@ impl Heap {
         let mut now = copy.class_counts().slabs;
         let mut published = 0;
         let mut region = lock(&self.region);
+        // The phase's state before the warm-up changes the heap (as `trim`
+        // does): a first out-of-memory's snapshot and the peak are the
+        // kernels', not the warm-up's slabs (a review, 2026-12-07).
+        self.observe(&copy, &region)?;
         // Slabs the region hands out here: given back if a write fails, so
         // that the device heap (not written then) is left as it was.
         let mut fresh = Vec::new();
@@ -1527,8 +1545,11 @@ impl Heap {
         let classes = copy
             .class_census(&memory)
             .map_err(|e| HostError::HeapCorrupt(e.to_string()))?;
+        // The device's null counts wrap (32 bits): the phase's are the
+        // difference modulo 2^32, not 0 once a counter passed its base by
+        // wrapping (a review, 2026-12-07).
         let nulls: [u32; CLASS_COUNT] =
-            std::array::from_fn(|c| counts.nulls[c].saturating_sub(phases.base_nulls[c]));
+            std::array::from_fn(|c| counts.nulls[c].wrapping_sub(phases.base_nulls[c]));
         let mut large = Vec::new();
         copy.for_each_large(|_, bytes| large.push(bytes));
         let refusal = self

@@ -274,23 +274,36 @@ impl Snapshot {
         if self.out_of_memory == 0 {
             return None;
         }
-        if let Some(r) = &self.refusal {
-            return Some(format!(
-                "the host refused {}: {}",
-                if r.bytes == SLAB_SIZE {
-                    "a slab (2.0 MiB)".to_string()
-                } else {
-                    format!("a block of {}", bytes(r.bytes))
-                },
-                r.fix()
-            ));
-        }
-        if let (Some(pool), false) = (self.pool, self.pool_fallback) {
-            return Some(format!(
-                "the pool ({pool} slabs) ran dry; raise it to {} slabs, turn on \
+        // A dry pool (no fallback), said beside a refusal too: a refused
+        // large block hid it (a review, 2026-12-07).
+        let pool = match (self.pool, self.pool_fallback) {
+            (Some(pool), false) if self.refusal.is_none() || !self.shortfall().is_empty() => {
+                Some(format!(
+                    "the pool ({pool} slabs) ran dry; raise it to {} slabs, turn on \
                  `HeapConfig::pool_fallback` or use `Mode::Rpc`",
-                crate::heap::raised_pool(pool, &self.shortfall())
-            ));
+                    crate::heap::raised_pool(pool, &self.shortfall())
+                ))
+            }
+            _ => None,
+        };
+        if let Some(r) = &self.refusal {
+            // In pool mode (no fallback) the host is asked for large blocks
+            // only: 2 MiB is one of 1 to 2 MiB there, not a slab.
+            let what = if r.bytes != SLAB_SIZE {
+                format!("a block of {}", bytes(r.bytes))
+            } else if self.pool.is_some() && !self.pool_fallback {
+                "a large block (2.0 MiB)".to_string()
+            } else {
+                "a slab or a large block (2.0 MiB)".to_string()
+            };
+            let refused = format!("the host refused {what}: {}", r.fix());
+            return Some(match pool {
+                Some(pool) => format!("{refused}; and {pool}"),
+                None => refused,
+            });
+        }
+        if let Some(pool) = pool {
+            return Some(pool);
         }
         Some(
             "no refusal came in this phase: the heap was out of memory since an earlier \
@@ -362,5 +375,64 @@ impl std::fmt::Display for Snapshot {
             writeln!(f, "  {advice}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool-mode snapshot at its first out-of-memory null: 8 KiB's
+    /// nulls beyond its one slab, and optionally a refused large block.
+    fn dry_pool(refusal: Option<u64>) -> Snapshot {
+        Snapshot {
+            phase: "start".into(),
+            moment: Moment::FirstOutOfMemory,
+            classes: vec![ClassSnapshot {
+                block: 8192,
+                slabs: 1,
+                empty_slabs: 0,
+                blocks_in_use: 255,
+                usable_blocks: 255,
+                nulls: 600,
+            }],
+            large: Vec::new(),
+            pool_slabs: 0,
+            pool: Some(1),
+            held_bytes: SLAB_SIZE,
+            pool_fallback: false,
+            mapped_bytes: SLAB_SIZE,
+            free_mapped_bytes: 0,
+            peak_mapped_bytes: SLAB_SIZE,
+            spilled_bytes: 0,
+            out_of_memory: 601,
+            refusal: refusal.map(|bytes| RefusalRecord {
+                reason: Refusal::Limit,
+                bytes,
+                mapped_bytes: SLAB_SIZE,
+                limit: Some(SLAB_SIZE),
+                headroom: 0,
+                driver_error: None,
+                spill: false,
+            }),
+        }
+    }
+
+    /// The pool's shortfall is said beside a refused large block (which
+    /// hid it), and a refused 2 MiB in pool mode is a large block, not a
+    /// slab (the host serves no slab there): a review, 2026-12-07.
+    #[test]
+    fn a_dry_pool_is_advised_beside_a_refused_large_block() {
+        let alone = dry_pool(None).advice().expect("advice");
+        assert!(
+            alone.starts_with("the pool (1 slabs) ran dry; raise it to"),
+            "{alone}"
+        );
+        let both = dry_pool(Some(SLAB_SIZE)).advice().expect("advice");
+        assert!(
+            both.starts_with("the host refused a large block (2.0 MiB)")
+                && both.contains("; and the pool (1 slabs) ran dry"),
+            "{both}"
+        );
     }
 }

@@ -575,7 +575,7 @@ impl<B: Backing> Region<B> {
 
     /// `cheapest_run` by counting every aligned start's run: the check of
     /// debug builds, in regions of up to `CHECKED_GRANULES`.
-    #[cfg(debug_assertions)]
+    #[cfg(any(debug_assertions, test))]
     fn cheapest_run_by_every_start(&self, n: usize, first: usize, step: usize) -> Option<usize> {
         let mut best: Option<(usize, usize)> = None;
         let mut start = first;
@@ -599,7 +599,7 @@ impl<B: Backing> Region<B> {
     /// is free, outside the run and no other granule of the run's (that
     /// memory can serve one address of it: `adopt`). The rule that
     /// `Window` keeps up as it slides, walked: the debug builds' check.
-    #[cfg(debug_assertions)]
+    #[cfg(any(debug_assertions, test))]
     fn last_taken(&self, start: usize, n: usize) -> Option<usize> {
         let mut owners: Vec<usize> = Vec::new();
         let mut taken = None;
