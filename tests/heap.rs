@@ -623,6 +623,28 @@ fn hold_then_free(heap: &mut Heap, size: u32, threads: u32) -> usize {
     nulls
 }
 
+/// A run that met its limit needed more than it held: its profile adds the
+/// slabs its nulls would have filled, and a pool sized from it serves the
+/// same launch with no null (it named what the limit let the run have,
+/// and the pool ran dry the same way: a review, 2026-12-07).
+#[test]
+fn a_profile_of_a_run_that_met_its_limit_sizes_a_pool_that_serves_it() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    // 2 048 blocks of 8 KiB need 9 slabs (255 a slab); the limit lets 4 be.
+    let mut heap = heap_with(HeapConfig {
+        limit: Some(4 * GRANULE),
+        ..HeapConfig::default()
+    });
+    let nulls = hold_then_free(&mut heap, 8192, 2048);
+    assert!(nulls > 255, "the limit was not met: {nulls} nulls");
+    let profile = heap.profile().unwrap();
+    assert!(profile.slabs() >= 9, "{profile:?}");
+    drop(heap);
+    let mut pool = heap_with(HeapConfig::pool_from(&profile));
+    assert_eq!(hold_then_free(&mut pool, 8192, 2048), 0, "{profile:?}");
+    assert_empty(&mut pool, "a pool from a limited run's profile");
+}
+
 /// A profile is the user's to keep and read back (`serde`): one with any
 /// counts sums to its most, not past it (an overflow panicked in a debug
 /// build and wrapped to a small pool in release).

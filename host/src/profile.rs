@@ -19,8 +19,9 @@ use warpalloc_device::size_class::{CLASS_COUNT, SLAB_SIZE, geometry};
 
 use crate::heap::{HeapConfig, Mode};
 
-/// The slabs a class held after a run (its most at once, unless slabs were
-/// taken over: see the module docs).
+/// The slabs a class needed in a run: those it held after it (its most at
+/// once, unless slabs were taken over: see the module docs), and as many
+/// more as its mallocs that got null would have filled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(Serialize, Deserialize))]
 pub struct ClassPeak {
@@ -50,14 +51,23 @@ pub struct HeapProfile {
 
 impl HeapProfile {
     /// The profile in the device's counts, after `takeovers` slabs were
-    /// taken over.
+    /// taken over. A class whose mallocs got null (a limit, a dry pool)
+    /// needed more than it held: the slabs its nulls would have filled are
+    /// added, `nulls / usable` rounded up (a lane that retried counts each
+    /// time: more, never less). A profile of a run under a limit named only
+    /// what the limit let it have, and a pool sized from it ran dry the
+    /// same way (a review, 2026-12-07).
     pub fn from_counts(counts: &ClassCounts, takeovers: u64) -> HeapProfile {
         HeapProfile {
             classes: (0..CLASS_COUNT)
-                .filter(|&c| counts.slabs[c] != 0)
-                .map(|c| ClassPeak {
-                    block: geometry(c).block,
-                    slabs: counts.slabs[c],
+                .filter(|&c| counts.slabs[c] != 0 || counts.nulls[c] != 0)
+                .map(|c| {
+                    let geo = geometry(c);
+                    ClassPeak {
+                        block: geo.block,
+                        slabs: counts.slabs[c]
+                            .saturating_add(counts.nulls[c].div_ceil(geo.usable.max(1))),
+                    }
                 })
                 .collect(),
             peak_large_bytes: counts.peak_large_bytes,
