@@ -414,3 +414,43 @@ fn one_program_for_both_devices_runs_here() {
     let stats = s.simulator_stats().expect("the launch's counts");
     assert!(stats.steps > 0 && stats.lanes == 128, "{stats:?}");
 }
+
+/// A copy on one stream waits for a kernel another stream queued on its
+/// slice, as cudarc's events order them: it read the slice while the
+/// kernel still wrote it (a review, 2026-12-07).
+#[test]
+fn a_copy_on_another_stream_waits_for_the_kernel_that_writes_its_slice() {
+    let (ctx, module, _heap) = setup();
+    let f = module.load_function("fill_with").expect("fill_with");
+    let (a, b) = (
+        ctx.new_stream().expect("stream"),
+        ctx.new_stream().expect("stream"),
+    );
+    let n = 64 * 256u32;
+    let out = a.alloc_zeros::<u64>(n as usize).expect("buffer");
+    let addr = {
+        let (addr, _record) = out.device_ptr(&a);
+        addr
+    };
+    let args = Fill {
+        out: std::ptr::with_exposed_provenance_mut(addr as usize),
+        value: 7,
+        n,
+        pad: 0,
+    };
+    // SAFETY: `out` has `n` words, alive until both streams are done.
+    unsafe {
+        a.launch_builder(&f)
+            .arg(&KernelParam(args))
+            .launch(grid(64, 256))
+            .expect("launch");
+    }
+    let got = b.memcpy_dtov(&out).expect("read");
+    let wrong = got
+        .iter()
+        .enumerate()
+        .filter(|&(i, &v)| v != 7 + i as u64)
+        .count();
+    assert_eq!(wrong, 0, "the copy read words the kernel had not written");
+    a.synchronize().expect("stream a");
+}

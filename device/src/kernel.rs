@@ -83,7 +83,18 @@ pub trait Kernel: Copy + Send + Sync {
 /// A kernel parameter: a plain value the host passes by its bytes. On the
 /// host, [`Param::from_bytes`] rebuilds it from the bytes a launch builder
 /// pushed (a pointer from its address, exposed as device addresses are).
-pub trait Param: Copy {
+///
+/// # Safety
+/// An implementor is plain data: every byte of it is its value's (no
+/// padding left undefined), it holds nothing shared that lanes could mutate
+/// at once (a `Cell`, a reference to one), and [`Param::to_bytes`] gives
+/// exactly its memory's `size_of::<Self>()` bytes, which
+/// [`Param::from_bytes`] reads back. A GPU gets the memory itself (cudarc's
+/// `DeviceRepr`, which `warpalloc::KernelParam` implements from this), the
+/// simulator the bytes: they must be the same, and a kernel's `Args` are
+/// shared by every lane (`Send` and `Sync`). (A safe trait let safe code
+/// break both: a review, 2026-12-07.)
+pub unsafe trait Param: Copy {
     /// The value in `bytes` (native endianness), or `None` when `bytes` is
     /// not exactly `size_of::<Self>()` long.
     fn from_bytes(bytes: &[u8]) -> Option<Self>;
@@ -96,7 +107,8 @@ pub trait Param: Copy {
 
 macro_rules! plain_params {
     ($($t:ty),*) => {$(
-        impl Param for $t {
+        // SAFETY: a primitive: plain data, its native-endian bytes.
+        unsafe impl Param for $t {
             fn from_bytes(bytes: &[u8]) -> Option<Self> {
                 Some(<$t>::from_ne_bytes(bytes.try_into().ok()?))
             }
@@ -110,7 +122,9 @@ macro_rules! plain_params {
 }
 plain_params!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize, f32, f64);
 
-impl<T> Param for *mut T {
+// SAFETY: an address (plain data; what it points to is the kernel's to
+// synchronise, as in CUDA), its bytes the exposed address's.
+unsafe impl<T> Param for *mut T {
     fn from_bytes(bytes: &[u8]) -> Option<Self> {
         Some(core::ptr::with_exposed_provenance_mut(usize::from_bytes(
             bytes,
@@ -123,7 +137,8 @@ impl<T> Param for *mut T {
     }
 }
 
-impl<T> Param for *const T {
+// SAFETY: as for `*mut T`.
+unsafe impl<T> Param for *const T {
     fn from_bytes(bytes: &[u8]) -> Option<Self> {
         Some(core::ptr::with_exposed_provenance(usize::from_bytes(
             bytes,

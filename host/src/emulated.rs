@@ -333,14 +333,26 @@ impl CudaStream {
             .stats
     }
 
-    /// Zeroes `dst` once the stream's work so far has ended (cudarc's
-    /// `memset_zeros`).
-    pub fn memset_zeros<T: bytemuck::Pod>(&self, dst: &mut CudaSlice<T>) -> Result<(), HostError> {
+    /// Waits for this stream's work (its first error since the last call)
+    /// and then for every other stream's: a copy waits for the work of any
+    /// stream that may use its slice. cudarc orders a slice's use across
+    /// streams by events (a context with several streams); a copy that
+    /// waited for its own stream alone read a slice another stream's
+    /// kernel was still writing (a review, 2026-12-07). Stricter than
+    /// cudarc, never looser.
+    fn settle(&self) -> Result<(), HostError> {
         self.synchronize()?;
+        self.ctx.synchronize()
+    }
+
+    /// Zeroes `dst` once the work of every stream so far has ended (cudarc's
+    /// `memset_zeros`, whose events order it after the slice's uses).
+    pub fn memset_zeros<T: bytemuck::Pod>(&self, dst: &mut CudaSlice<T>) -> Result<(), HostError> {
+        self.settle()?;
         let zeros = vec![0u8; dst.len * size_of::<T>()];
         // SAFETY: `dst` is device memory of `len` elements, and no work of
-        // this stream runs; other streams' use of it is the program's
-        // business, as in CUDA.
+        // any stream runs (launches after `settle` are the program's
+        // business, as in CUDA).
         unsafe { self.ctx.device.write(dst.memory.addr(), &zeros) }
     }
 
@@ -373,8 +385,8 @@ impl CudaStream {
         self.memcpy_stod(src)
     }
 
-    /// Copies `src` into `dst` once the stream's work so far has ended
-    /// (cudarc's `memcpy_htod`); `src` must not be longer than `dst`.
+    /// Copies `src` into `dst` once the work of every stream so far has
+    /// ended (cudarc's `memcpy_htod`); `src` must not be longer than `dst`.
     pub fn memcpy_htod<T: bytemuck::Pod>(
         &self,
         src: &[T],
@@ -386,10 +398,9 @@ impl CudaStream {
                 why: format!("{} elements into a slice of {}", src.len(), dst.len),
             });
         }
-        self.synchronize()?;
+        self.settle()?;
         // SAFETY: `dst` is device memory of at least `src`'s size, and no
-        // work of this stream runs; other streams' use of it is the
-        // program's business, as in CUDA.
+        // work of any stream runs (as above).
         unsafe {
             self.ctx
                 .device
@@ -397,12 +408,12 @@ impl CudaStream {
         }
     }
 
-    /// A copy of `src` on the host, once the stream's work so far has ended
-    /// (cudarc's `memcpy_dtov`).
+    /// A copy of `src` on the host, once the work of every stream so far
+    /// has ended (cudarc's `memcpy_dtov`).
     pub fn memcpy_dtov<T: bytemuck::Pod>(&self, src: &CudaSlice<T>) -> Result<Vec<T>, HostError> {
-        self.synchronize()?;
+        self.settle()?;
         let mut out = vec![T::zeroed(); src.len];
-        // SAFETY: `src` is device memory of `len` elements; no work of this
+        // SAFETY: `src` is device memory of `len` elements; no work of any
         // stream runs.
         unsafe {
             self.ctx

@@ -47,11 +47,12 @@ pub use snapshot::{Moment, Snapshot};
 #[derive(Clone, Copy, Debug)]
 pub struct KernelParam<T>(pub T);
 
-// SAFETY: `repr(transparent)` over a `Param`, a plain `Copy` value whose
-// bytes are the kernel parameter (the same bytes the simulator passes).
+// SAFETY: `repr(transparent)` over a `Param`, whose contract makes it plain
+// data whose memory is the bytes the simulator passes.
 unsafe impl<T: warpalloc_device::kernel::Param> cudarc::driver::DeviceRepr for KernelParam<T> {}
 
-impl<T: warpalloc_device::kernel::Param> warpalloc_device::kernel::Param for KernelParam<T> {
+// SAFETY: `repr(transparent)` over a `Param`: its bytes are `T`'s.
+unsafe impl<T: warpalloc_device::kernel::Param> warpalloc_device::kernel::Param for KernelParam<T> {
     fn from_bytes(bytes: &[u8]) -> Option<Self> {
         T::from_bytes(bytes).map(KernelParam)
     }

@@ -1120,7 +1120,9 @@ pub struct Fill {
     pub pad: u32,
 }
 
-impl warpalloc_device::kernel::Param for Fill {
+// SAFETY: `repr(C)` plain data with its padding made a field (`pad`), so
+// every byte is its value's; `to_bytes` writes its fields at their offsets.
+unsafe impl warpalloc_device::kernel::Param for Fill {
     fn from_bytes(bytes: &[u8]) -> Option<Self> {
         if bytes.len() != core::mem::size_of::<Fill>() {
             return None;
