@@ -16,7 +16,9 @@
 //! let out = warpalloc_builder::PtxBuilder::new("kernels")
 //!     .arch(warpalloc_builder::Arch::Sm75)
 //!     .build()
-//!     .expect("building the kernels to PTX");
+//!     // Its `Display` names the fix (a missing component's install
+//!     // command, say); `expect` would print only its `Debug`.
+//!     .unwrap_or_else(|e| panic!("building the kernels to PTX: {e}"));
 //! // `out.path` is `$OUT_DIR/<lib name>.ptx`; `cargo:rerun-if-changed` lines
 //! // for the kernel sources have been printed.
 //! println!("cargo:rerun-if-changed=build.rs");
@@ -647,9 +649,11 @@ impl PtxBuilder {
                     manifest.display()
                 ))
             })?;
+        let (host, deps) = artifacts.into_iter().partition(|a| a.host);
         Ok(Built {
             kernel,
-            deps: artifacts,
+            deps,
+            host,
             warnings,
         })
     }
@@ -692,7 +696,10 @@ impl PtxBuilder {
             }
             // No dep-info: watch the crates' whole directories instead.
             Err(_) => {
-                for a in std::iter::once(&built.kernel).chain(&built.deps) {
+                for a in std::iter::once(&built.kernel)
+                    .chain(&built.deps)
+                    .chain(&built.host)
+                {
                     if !a.sysroot
                         && outside(&a.manifest)
                         && let Some(dir) = a.manifest.parent()
@@ -702,7 +709,10 @@ impl PtxBuilder {
                 }
             }
         }
-        for a in std::iter::once(&built.kernel).chain(&built.deps) {
+        for a in std::iter::once(&built.kernel)
+            .chain(&built.deps)
+            .chain(&built.host)
+        {
             if !a.sysroot && outside(&a.manifest) {
                 push(a.manifest.clone());
             }
@@ -721,6 +731,9 @@ impl PtxBuilder {
 struct Artifact {
     /// The library's crate name (`warpalloc_device`).
     name: String,
+    /// Built for the host (a build script's or a proc-macro's dependency),
+    /// not for the GPU: not linked.
+    host: bool,
     manifest: PathBuf,
     rlib: PathBuf,
     sysroot: bool,
@@ -740,9 +753,18 @@ impl Artifact {
             .iter()
             .filter_map(|f| f.as_str())
             .find(|f| f.ends_with(".rlib"))?;
+        // Cargo also reports the host's libraries (a build script's
+        // build-dependencies, a proc-macro's dependencies), built outside
+        // the target's directory: not linked (their host objects made
+        // `llvm-link` fail, "not bitcode"; a review, 2026-12-07: the
+        // fixture's `helper`), but their manifests are watched.
+        let host = !Path::new(rlib)
+            .components()
+            .any(|c| c.as_os_str() == TARGET);
         let manifest = canonical(Path::new(msg["manifest_path"].as_str()?));
         Some(Artifact {
             name: msg["target"]["name"].as_str()?.replace('-', "_"),
+            host,
             sysroot: manifest.starts_with(sysroot),
             manifest,
             rlib: PathBuf::from(rlib),
@@ -752,7 +774,10 @@ impl Artifact {
 
 struct Built {
     kernel: Artifact,
+    /// The GPU's libraries the kernel crate depends on: linked.
     deps: Vec<Artifact>,
+    /// The host's (build scripts' dependencies): watched, not linked.
+    host: Vec<Artifact>,
     warnings: Vec<String>,
 }
 
@@ -870,7 +895,10 @@ fn allocator_shim(tc: &Toolchain, undefined: &[String]) -> Result<Option<String>
                 "--target",
                 TARGET,
             ])
-            .env_remove("RUSTC_BOOTSTRAP"),
+            // `-Z` on any toolchain the build accepted (a stable one with
+            // `RUSTC_BOOTSTRAP=1` included, which removing it refused; a
+            // review, 2026-12-07): a print, it changes no build.
+            .env("RUSTC_BOOTSTRAP", "1"),
     )?;
     let spec: serde_json::Value = serde_json::from_str(&spec)
         .map_err(|e| BuildError::Toolchain(format!("rustc's target spec for {TARGET}: {e}")))?;

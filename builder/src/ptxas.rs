@@ -33,10 +33,11 @@ pub const SETUP_COMMAND: &str = "cargo xtask setup";
 pub enum PtxasError {
     /// No `ptxas` anywhere.
     #[error(
-        "ptxas not found (looked at: {}). Run `{SETUP_COMMAND}`, which installs \
-         {NVCC_PACKAGE}=={NVCC_VERSION} from PyPI into {}, or set {ENV_PTXAS} to a ptxas binary",
+        "ptxas not found (looked at: {}). Install it with `python3 -m pip install --no-deps \
+         --target {} {NVCC_PACKAGE}=={NVCC_VERSION}` (in warpalloc's own repository, \
+         `{SETUP_COMMAND}` does that), or set {ENV_PTXAS} to a ptxas binary",
         searched.join("; "),
-        pinned_install_dir().map_or_else(|| "~/.cache/warpalloc".to_owned(), |d| d.display().to_string())
+        pinned_install_dir().map_or_else(|| "~/.cache/warpalloc/cuda-nvcc-13.0.88".to_owned(), |d| d.display().to_string())
     )]
     NotFound {
         /// Where it was looked for.
@@ -344,6 +345,17 @@ pub fn parse_report(log: &str, arch: Arch) -> PtxasReport {
                 .push(w.trim_start_matches([' ', ':']).to_owned());
             continue;
         }
+        // A warning tied to a line of the PTX: `ptxas /x.ptx, line 894;
+        // warning : ...` (it was dropped: a review, 2026-12-07).
+        if line.starts_with("ptxas ")
+            && let Some((at, w)) = line.split_once("; warning")
+        {
+            let at = at.trim_start_matches("ptxas ").trim();
+            report
+                .warnings
+                .push(format!("{at}: {}", w.trim_start_matches([' ', ':'])));
+            continue;
+        }
         let Some(info) = line.strip_prefix("ptxas info") else {
             // `    N bytes stack frame, N bytes spill stores, N bytes spill loads`
             if let (Some(i), true) = (props, line.contains("stack frame")) {
@@ -453,6 +465,7 @@ ptxas info    : Compile time = 0.965 ms
 ptxas info    : Function properties for helper
     16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas warning : Registers are spilled to local memory in function 'k1', 8 bytes spill stores, 12 bytes spill loads
+ptxas /tmp/x.ptx, line 894; warning   : Instruction 'vote' without '.sync' is deprecated
 ";
 
     #[test]
@@ -482,7 +495,11 @@ ptxas warning : Registers are spilled to local memory in function 'k1', 8 bytes 
         assert_eq!(h.stack_frame, 16);
         assert_eq!(h.registers, None);
         assert_eq!(r.kernels().count(), 2);
-        assert_eq!(r.warnings.len(), 1);
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+        assert_eq!(
+            r.warnings[1],
+            "/tmp/x.ptx, line 894: Instruction 'vote' without '.sync' is deprecated"
+        );
         assert!(k1.to_string().contains("8 registers, 64 B stack frame"));
     }
 

@@ -59,8 +59,11 @@ fn builds_links_and_assembles() {
     for want in [
         "kern/src/lib.rs",
         "dev/src/lib.rs",
+        "dev/build.rs",
+        "helper/src/lib.rs",
         "kern/Cargo.toml",
         "dev/Cargo.toml",
+        "helper/Cargo.toml",
         "Cargo.toml",
         "Cargo.lock",
     ] {
@@ -70,7 +73,7 @@ fn builds_links_and_assembles() {
             out.dependencies
         );
     }
-    assert_eq!(out.dependencies.len(), 6, "{:#?}", out.dependencies);
+    assert_eq!(out.dependencies.len(), 9, "{:#?}", out.dependencies);
 
     let ptxas = Ptxas::find().unwrap_or_else(|e| panic!("{e}"));
     for arch in [Arch::Sm75, Arch::Sm90] {
