@@ -330,8 +330,14 @@ impl std::fmt::Display for Snapshot {
             bytes(self.mapped_bytes),
             bytes(self.peak_mapped_bytes),
             bytes(self.free_mapped_bytes),
+            // The free granules are device and spilled ones: said of both
+            // when there are spilled ones ("0 B mapped, 4 MiB of it free"
+            // read as more free than mapped: a review, 2026-12-07).
             if self.spilled_bytes != 0 {
-                format!(", {} spilled to host memory", bytes(self.spilled_bytes))
+                format!(
+                    ", and {} spilled to host memory (the free counts both)",
+                    bytes(self.spilled_bytes)
+                )
             } else {
                 String::new()
             },
