@@ -242,6 +242,17 @@ fn with_ctx<R>(f: impl FnOnce(&LaneCtx) -> R) -> Option<R> {
 fn suspend(request: Request) -> Option<u64> {
     let current = CURRENT.with(Cell::get)?;
     let _ = with_ctx(|c| c.clock_reads.store(0, Ordering::Relaxed));
+    if matches!(current.link, Link::Coroutine(_)) && std::thread::panicking() {
+        // A coroutine lane unwinding from its own panic runs the unwind to
+        // its end without suspending: the other lanes share its OS thread,
+        // whose panic count they would see (`std::thread::panicking()`,
+        // where `WarpAlloc` sends their allocations to the system), and a
+        // launch that failed with the unwind half done reset the coroutine
+        // with the count left raised for good (a review, 2026-12-07). Its
+        // destructors' collectives answer as for a lane alone; the launch
+        // fails with its panic anyway, as a GPU's trap would.
+        return Some(alone(request, with_ctx(|c| c.lane).unwrap_or(0)));
+    }
     let reply = match current.link {
         // SAFETY: the yielder lives on the coroutine's own stack for the
         // coroutine's whole life, and we are running on that coroutine now
@@ -252,6 +263,27 @@ fn suspend(request: Request) -> Option<u64> {
         Link::Thread(baton) => unsafe { (*baton).suspend(request) },
     };
     Some(reply)
+}
+
+/// What `request` answers a lane alone in its warp (lane `lane`).
+fn alone(request: Request, lane: u32) -> u64 {
+    let me = 1u64 << lane;
+    match request {
+        Request::Hello(_) | Request::Switch { .. } | Request::Sleep { .. } => 0,
+        Request::Activemask { .. } => me,
+        Request::Collective { kind, value, .. } => match kind {
+            Kind::Ballot => {
+                if value != 0 {
+                    me
+                } else {
+                    0
+                }
+            }
+            Kind::MatchAny => me,
+            Kind::Shfl { .. } | Kind::ReduceOr => value,
+            Kind::Syncwarp => 0,
+        },
+    }
 }
 
 /// Whether the caller is a lane of a simulator launch.

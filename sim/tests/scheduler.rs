@@ -426,6 +426,48 @@ fn a_lane_unwound_by_a_failed_launch_passes_its_switch_points() {
     }
 }
 
+/// A coroutine lane that panics runs its unwind to the end without
+/// suspending (its destructors' collectives answer as for a lane alone):
+/// the lanes that share its OS thread do not see `std::thread::panicking()`
+/// meanwhile (where `WarpAlloc` sent their allocations to the system
+/// allocator), and a launch that fails with the unwind half done leaves
+/// no panic counted on the thread (a review, 2026-12-07).
+#[test]
+fn a_panicking_coroutine_lane_unwinds_alone() {
+    struct Collects;
+    impl Drop for Collects {
+        fn drop(&mut self) {
+            for _ in 0..3 {
+                let _ = activemask();
+                switch_point();
+            }
+        }
+    }
+    let saw = AtomicU32::new(0);
+    let cfg = LaunchConfig::linear(1, 32)
+        .workers(1)
+        .fibers(Fibers::Coroutines);
+    let err = launch(&cfg, || {
+        let _held = Collects;
+        if lane_id() == 0 {
+            panic!("lane 0 fails the launch");
+        }
+        for _ in 0..8 {
+            switch_point();
+            if std::thread::panicking() {
+                saw.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("lane 0 fails the launch"), "{err}");
+    assert_eq!(saw.load(Ordering::Relaxed), 0, "lanes saw another's panic");
+    assert!(
+        !std::thread::panicking(),
+        "a panic left counted on the thread"
+    );
+}
+
 #[test]
 fn outside_a_launch_the_caller_is_a_one_lane_warp() {
     assert!(!in_launch());
