@@ -8,11 +8,11 @@
 
 mod support;
 
-use support::{buffer, run, stats};
+use support::{buffer, read, run, stats};
 use warpalloc::HeapConfig;
 use warpalloc_device::WarpAlloc;
 use warpalloc_device::sim::{LaunchConfig, seeds};
-use warpalloc_kernels_tests::collections::{collections, panic_when_full};
+use warpalloc_kernels_tests::collections::{collections, panic_when_full, shrink_when_full};
 use warpalloc_kernels_tests::stress::STATS_WORDS;
 
 #[global_allocator]
@@ -259,4 +259,37 @@ fn a_vec_past_the_heap_s_limit_ends_the_program_naming_kernel_lane_and_fix() {
             && stderr.contains("out_of_memory"),
         "{stderr}"
     );
+}
+
+/// A `Vec` shrunk by more than half on an exhausted heap keeps its block:
+/// its allocator's `realloc` got null for the smaller block, and the `Vec`
+/// ended the program (a review, 2026-12-07). The null is forgiven: the
+/// heap counts only the 1 MiB malloc that found the heap full.
+#[test]
+fn a_vec_shrunk_on_an_exhausted_heap_keeps_its_block() {
+    let mut heap = support::heap_with(HeapConfig {
+        limit: Some(4 << 20),
+        slots: 64,
+        ..HeapConfig::default()
+    });
+    let out = buffer::<u64>(&heap, 2);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 1),
+        shrink_when_full::Args {
+            out: out.kernel_ptr(),
+        },
+    );
+    let got = read(&heap, &out);
+    assert_eq!(got[0], 1, "the Vec moved or lost its bytes: {got:?}");
+    assert!(got[1] >= 1, "{got:?}");
+    let st = heap.stats().expect("stats");
+    assert_eq!(st.device.out_of_memory, 1, "{:?}", st.device);
+    assert_eq!(
+        (st.device.double_frees, st.device.invalid_frees),
+        (0, 0),
+        "{:?}",
+        st.device
+    );
+    assert_eq!(st.live.live_allocations(), 0, "{:?}", st.live);
 }

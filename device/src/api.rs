@@ -186,7 +186,7 @@ pub unsafe fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
         // is (the smaller size fits): a shrinking `realloc` never fails, and
         // its null is no null a kernel saw.
         if size64 <= usable {
-            heap.forgive_null(size64);
+            heap.forgive_null(size64, 1);
             return ptr;
         }
         return moved;
@@ -313,6 +313,26 @@ unsafe impl GlobalAlloc for WarpAlloc {
         let wanted = new_size as u64;
         if wanted <= usable && wanted >= usable / 2 {
             return ptr;
+        }
+        if wanted <= usable
+            && let Some(heap) = heap()
+        {
+            // A shrink by more than half: a smaller block if there is
+            // memory, else this one, as C's `realloc` does — a `Vec`'s
+            // `shrink_to_fit` on an exhausted heap got null and trapped
+            // (a review, 2026-12-07). No report, and its null forgiven.
+            let new = heap.allocate(simt::activemask(), wanted, layout.align() as u64);
+            if new.is_null() {
+                heap.forgive_null(wanted, layout.align() as u64);
+                return ptr;
+            }
+            // SAFETY: both blocks hold the `new_size` bytes copied and are
+            // distinct live allocations; `ptr` was made with `layout`.
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr, new, new_size);
+                self.dealloc(ptr, layout);
+            }
+            return new;
         }
         // SAFETY: our caller's contract: `new_size`, rounded up to
         // `layout.align()`, does not overflow `isize`.

@@ -106,3 +106,39 @@ kernel! {
         panic!("the heap was full after {taken} blocks of 1 MiB");
     }
 }
+
+kernel! {
+    /// Holds a `Vec` of 8 KiB capacity with 100 bytes in it, takes blocks
+    /// of 1 MiB until the heap has none (16 at most), then shrinks the
+    /// `Vec` to fit — by more than half, so its allocator wants a smaller
+    /// block, which the exhausted heap cannot give: the `Vec` keeps its
+    /// block (a shrink never fails). `out[0]`: 1 when it stayed where it
+    /// was with its bytes; `out[1]`: the blocks taken. Frees everything.
+    pub fn shrink_when_full(out: *mut u64) {
+        let mut v: Vec<u8> = Vec::with_capacity(8192);
+        v.extend_from_slice(&[5u8; 100]);
+        let at = v.as_ptr();
+        let mut blocks = [core::ptr::null_mut::<u8>(); 16];
+        let mut taken = 0;
+        while taken < blocks.len() {
+            let p = warpalloc_device::malloc(1 << 20);
+            if p.is_null() {
+                break;
+            }
+            blocks[taken] = p;
+            taken += 1;
+        }
+        v.shrink_to_fit();
+        let stayed = v.as_ptr() == at && v.iter().all(|&b| b == 5);
+        for p in blocks.into_iter().take(taken) {
+            // SAFETY: ours, from the loop above.
+            unsafe { warpalloc_device::free(p) };
+        }
+        drop(v);
+        // SAFETY: the host gave `out` two words.
+        unsafe {
+            out.write(u64::from(stayed));
+            out.add(1).write(taken as u64);
+        }
+    }
+}

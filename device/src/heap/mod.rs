@@ -589,14 +589,14 @@ impl DeviceHeap {
         core::ptr::with_exposed_provenance_mut(addr as usize)
     }
 
-    /// A null of `allocate(_, bytes, 1)` that its caller does not hand out:
-    /// `realloc`'s shrink that found no memory to move to keeps its block
-    /// in place, and no kernel saw the null, so the counts of nulls
+    /// A null of `allocate(_, bytes, align)` that its caller does not hand
+    /// out: `realloc`'s shrink that found no memory to move to keeps its
+    /// block in place, and no kernel saw the null, so the counts of nulls
     /// (`out_of_memory`, the class's) that the snapshots and stats report
     /// take it back. (The heap stays marked out of memory: it is.)
-    pub(crate) fn forgive_null(&self, bytes: u64) {
+    pub(crate) fn forgive_null(&self, bytes: u64, align: u64) {
         self.errors.out_of_memory.fetch_sub(1);
-        if let Placement::Slab { class } = place(bytes, 1) {
+        if let Placement::Slab { class } = place(bytes, align) {
             self.classes.forgive(class);
         }
     }
