@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use warpalloc::emulated::{CudaContext, CudaModule, DevicePtr, LaunchConfig, Ptx, PushKernelArg};
+use warpalloc::emulated::{
+    CudaContext, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, Ptx, PushKernelArg,
+};
 use warpalloc::{Heap, HeapConfig, HostError, KernelParam, WarpAlloc};
 use warpalloc_device::kernel::Entry;
 use warpalloc_kernels_tests::collections::collections;
@@ -41,6 +43,22 @@ fn setup() -> (Arc<CudaContext>, Arc<CudaModule>, Heap) {
     let heap = Heap::attach(&ctx, config()).expect("heap");
     heap.link(&module).expect("link");
     (ctx, module, heap)
+}
+
+/// `fill_with`'s parameter: `value + i` into each of the words of `out`,
+/// at its address as `stream` gives it (the record borrows `out` until it
+/// drops, as cudarc's does).
+fn fill_of(stream: &CudaStream, out: &CudaSlice<u64>, value: u64) -> Fill {
+    let addr = {
+        let (addr, _record) = out.device_ptr(stream);
+        addr
+    };
+    Fill {
+        out: std::ptr::with_exposed_provenance_mut(addr as usize),
+        value,
+        n: out.len() as u32,
+        pad: 0,
+    }
 }
 
 fn grid(blocks: u32, threads: u32) -> LaunchConfig {
@@ -386,17 +404,7 @@ fn one_program_for_both_devices_runs_here() {
     let mut out = s.clone_htod(&vec![u64::MAX; n as usize]).expect("buffer");
     s.memset_zeros(&mut out).expect("memset_zeros");
     assert!(s.memcpy_dtov(&out).expect("read").iter().all(|&v| v == 0));
-    let addr = {
-        // The record borrows `out` until it drops, as cudarc's does.
-        let (addr, _record) = out.device_ptr(&s);
-        addr
-    };
-    let args = Fill {
-        out: std::ptr::with_exposed_provenance_mut(addr as usize),
-        value: 1000,
-        n,
-        pad: 0,
-    };
+    let args = fill_of(&s, &out, 1000);
     assert!(s.simulator_stats().is_none(), "no launch yet");
     // SAFETY: `out` has `n` words, alive until the stream is synchronised.
     unsafe {
@@ -428,16 +436,7 @@ fn a_copy_on_another_stream_waits_for_the_kernel_that_writes_its_slice() {
     );
     let n = 64 * 256u32;
     let out = a.alloc_zeros::<u64>(n as usize).expect("buffer");
-    let addr = {
-        let (addr, _record) = out.device_ptr(&a);
-        addr
-    };
-    let args = Fill {
-        out: std::ptr::with_exposed_provenance_mut(addr as usize),
-        value: 7,
-        n,
-        pad: 0,
-    };
+    let args = fill_of(&a, &out, 7);
     // SAFETY: `out` has `n` words, alive until both streams are done.
     unsafe {
         a.launch_builder(&f)

@@ -309,36 +309,35 @@ unsafe impl GlobalAlloc for WarpAlloc {
         // In place: `ptr` is aligned to `layout.align()`, the new layout's
         // too. A pointer of another heap than the launch's (a host's
         // `Vec` given to a kernel) has no usable bytes in it: moved.
-        let usable = heap().map_or(0, |heap| heap.usable_size(ptr));
+        let heap = heap();
+        let usable = heap.map_or(0, |heap| heap.usable_size(ptr));
         let wanted = new_size as u64;
-        if wanted <= usable && wanted >= usable / 2 {
+        let shrink = wanted <= usable;
+        if shrink && wanted >= usable / 2 {
             return ptr;
         }
-        if wanted <= usable
-            && let Some(heap) = heap()
-        {
+        let new = match heap.filter(|_| shrink) {
             // A shrink by more than half: a smaller block if there is
             // memory, else this one, as C's `realloc` does — a `Vec`'s
             // `shrink_to_fit` on an exhausted heap got null and trapped
             // (a review, 2026-12-07). No report, and its null forgiven.
-            let new = heap.allocate(simt::activemask(), wanted, layout.align() as u64);
-            if new.is_null() {
-                heap.forgive_null(wanted, layout.align() as u64);
-                return ptr;
+            Some(heap) => {
+                let new = heap.allocate(simt::activemask(), wanted, layout.align() as u64);
+                if new.is_null() {
+                    heap.forgive_null(wanted, layout.align() as u64);
+                    return ptr;
+                }
+                new
             }
-            // SAFETY: both blocks hold the `new_size` bytes copied and are
-            // distinct live allocations; `ptr` was made with `layout`.
-            unsafe {
-                core::ptr::copy_nonoverlapping(ptr, new, new_size);
-                self.dealloc(ptr, layout);
+            None => {
+                // SAFETY: our caller's contract: `new_size`, rounded up to
+                // `layout.align()`, does not overflow `isize`.
+                let new_layout =
+                    unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+                // SAFETY: `new_size` is not zero (our caller's contract).
+                unsafe { self.alloc(new_layout) }
             }
-            return new;
-        }
-        // SAFETY: our caller's contract: `new_size`, rounded up to
-        // `layout.align()`, does not overflow `isize`.
-        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        // SAFETY: `new_size` is not zero (our caller's contract).
-        let new = unsafe { self.alloc(new_layout) };
+        };
         if !new.is_null() {
             // SAFETY: both blocks hold at least the bytes copied and are
             // distinct live allocations; `ptr` was made with `layout`.

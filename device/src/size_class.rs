@@ -186,18 +186,12 @@ pub const CLASSES: [Geometry; CLASS_COUNT] = {
     let mut out = SHAPES;
     let mut i = 0;
     while i < CLASS_COUNT {
-        let g = SHAPES[i];
+        let most = SHAPES[i].block + SHAPES[i].block_align();
         let mut align = 2 * MAX_DATA_ALIGN;
         while (align as u64) < LARGE_THRESHOLD {
-            let most = g.block + g.block_align();
             let slab_most = LARGE_THRESHOLD as u32 - (align - MAX_DATA_ALIGN) - 1;
-            let bytes = if most <= align {
-                0
-            } else if most - align < slab_most {
-                most - align
-            } else {
-                slab_most
-            };
+            let bytes = most.saturating_sub(align);
+            let bytes = if bytes < slab_most { bytes } else { slab_most };
             if bytes > 0
                 && let Placement::Slab { class } = place(bytes as u64, align as u64)
                 && class == i
@@ -336,9 +330,9 @@ mod tests {
             }
             align *= 2;
         }
-        let round: Vec<u32> = CLASSES.iter().map(|g| g.block).collect();
+        let blocks: Vec<u32> = CLASSES.iter().map(|g| g.block).collect();
         let got: Vec<u32> = CLASSES.iter().map(|g| g.round).collect();
-        assert_eq!(got, most, "blocks {round:?}");
+        assert_eq!(got, most, "blocks {blocks:?}");
         for block in [6144, 7168, 14336, 4096, 48] {
             assert_eq!(CLASSES[class_index(block)].round, 0, "{block}");
         }

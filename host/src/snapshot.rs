@@ -276,12 +276,13 @@ impl Snapshot {
         }
         // A dry pool (no fallback), said beside a refusal too: a refused
         // large block hid it (a review, 2026-12-07).
+        let shortfall = self.shortfall();
         let pool = match (self.pool, self.pool_fallback) {
-            (Some(pool), false) if self.refusal.is_none() || !self.shortfall().is_empty() => {
+            (Some(pool), false) if self.refusal.is_none() || !shortfall.is_empty() => {
                 Some(format!(
                     "the pool ({pool} slabs) ran dry; raise it to {} slabs, turn on \
                  `HeapConfig::pool_fallback` or use `Mode::Rpc`",
-                    crate::heap::raised_pool(pool, &self.shortfall())
+                    crate::heap::raised_pool(pool, &shortfall)
                 ))
             }
             _ => None,

@@ -9,7 +9,8 @@ use warpalloc_device::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The RPC kernels' client over `port_count` ports at `ports`, locked with
 /// the bits of `locks` (`port_count.div_ceil(32)` words), and their two
-/// counters: `stats[0]` mismatches, `stats[1]` calls.
+/// counters: `stats[0]` mismatches, `stats[1]` calls. `None` (a mismatch
+/// counted) when no port is usable: a broken expectation, not a hang.
 ///
 /// # Safety
 /// The ports are served by the host's server for the whole launch and
@@ -20,17 +21,22 @@ unsafe fn channel<'a>(
     port_count: u32,
     locks: *mut u32,
     stats: *mut u64,
-) -> (Option<Client<'a>>, &'a AtomicU64, &'a AtomicU64) {
+) -> Option<(Client<'a>, &'a AtomicU64, &'a AtomicU64)> {
     let words = port_count.div_ceil(32) as usize;
     // SAFETY: the caller's contract.
-    unsafe {
+    let (client, bad, calls) = unsafe {
         let locks = core::slice::from_raw_parts(locks as *const AtomicU32, words);
         (
             Client::new(ports, port_count, locks),
             AtomicU64::from_ptr(stats),
             AtomicU64::from_ptr(stats.wrapping_add(1)),
         )
-    }
+    };
+    let Some(client) = client else {
+        bad.fetch_add(1);
+        return None;
+    };
+    Some((client, bad, calls))
 }
 
 kernel! {
@@ -40,10 +46,7 @@ kernel! {
     /// (`ports.div_ceil(32)` words).
     pub fn rpc_ping(ports: *mut Port, port_count: u32, locks: *mut u32, stats: *mut u64, rounds: u32) {
         // SAFETY: the kernel's parameters, as `channel` asks.
-        let (client, bad, calls) = unsafe { channel(ports, port_count, locks, stats) };
-        let Some(client) = client else {
-            // No port: a broken expectation, not a hang.
-            bad.fetch_add(1);
+        let Some((client, bad, calls)) = (unsafe { channel(ports, port_count, locks, stats) }) else {
             return;
         };
         let me = simt::global_thread_id();
@@ -69,10 +72,7 @@ kernel! {
     /// Mismatches in `stats[0]`, calls in `stats[1]`.
     pub fn rpc_mixed(ports: *mut Port, port_count: u32, locks: *mut u32, stats: *mut u64) {
         // SAFETY: the kernel's parameters, as `channel` asks.
-        let (client, bad, calls) = unsafe { channel(ports, port_count, locks, stats) };
-        let Some(client) = client else {
-            // No port: a broken expectation, not a hang.
-            bad.fetch_add(1);
+        let Some((client, bad, calls)) = (unsafe { channel(ports, port_count, locks, stats) }) else {
             return;
         };
         let me = simt::global_thread_id();

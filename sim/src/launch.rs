@@ -206,12 +206,10 @@ pub fn launch<F: Fn() + Sync>(cfg: &LaunchConfig, kernel: F) -> Result<LaunchSta
                 match h.join() {
                     Ok(Ok(stats)) => all.push(stats),
                     Ok(Err(panic)) => {
-                        let message = panic
-                            .downcast_ref::<String>()
-                            .map(String::as_str)
-                            .or_else(|| panic.downcast_ref::<&str>().copied())
-                            .unwrap_or("(no message)");
-                        return Err(format!("a worker thread panicked: {message}"));
+                        return Err(format!(
+                            "a worker thread panicked: {}",
+                            crate::fiber::panic_message(panic.as_ref())
+                        ));
                     }
                     Err(_) => return Err("a worker thread panicked".to_string()),
                 }

@@ -387,6 +387,20 @@ fn thread_fibers_run_collectives_and_tear_down_on_failure() {
     assert!(matches!(err.kind, SimErrorKind::Deadlock { .. }), "{err}");
 }
 
+/// Held by a lane: its drop reaches switch points (three `activemask`s
+/// and switches), as a `Vec` freed through the heap does (`dealloc` asks
+/// `activemask`).
+struct Collects;
+
+impl Drop for Collects {
+    fn drop(&mut self) {
+        for _ in 0..3 {
+            let _ = activemask();
+            switch_point();
+        }
+    }
+}
+
 /// A lane unwound by a failed launch whose destructors reach switch points
 /// (a `Vec` freed through the heap: `dealloc` asks `activemask`) ends, in
 /// either fiber kind: with OS-thread lanes the second switch point of the
@@ -394,15 +408,6 @@ fn thread_fibers_run_collectives_and_tear_down_on_failure() {
 /// the launch hung in its join (a review, 2026-12-07).
 #[test]
 fn a_lane_unwound_by_a_failed_launch_passes_its_switch_points() {
-    struct Collects;
-    impl Drop for Collects {
-        fn drop(&mut self) {
-            for _ in 0..3 {
-                let _ = activemask();
-                switch_point();
-            }
-        }
-    }
     for fibers in [Fibers::Threads, Fibers::Coroutines] {
         let cfg = LaunchConfig::linear(1, 2).fibers(fibers);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -434,15 +439,6 @@ fn a_lane_unwound_by_a_failed_launch_passes_its_switch_points() {
 /// no panic counted on the thread (a review, 2026-12-07).
 #[test]
 fn a_panicking_coroutine_lane_unwinds_alone() {
-    struct Collects;
-    impl Drop for Collects {
-        fn drop(&mut self) {
-            for _ in 0..3 {
-                let _ = activemask();
-                switch_point();
-            }
-        }
-    }
     let saw = AtomicU32::new(0);
     let cfg = LaunchConfig::linear(1, 32)
         .workers(1)
