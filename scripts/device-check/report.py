@@ -525,6 +525,15 @@ def main(out):
         report["cudarc_link_check"] = link
         md.append(f"cudarc link check (`info --link-check`): {link}")
         md.append("")
+    # The JIT warm-ups (run.sh): how long the driver took to compile each
+    # module on its first load, a small case included.
+    jit = {name: lines_text[-1] for name in ("bench", "events")
+           if (f := out / f"jit-{name}.err").exists() and (lines_text := f.read_text().splitlines())}
+    if jit:
+        report["jit_warm_up"] = jit
+        md.append("JIT warm-up (the first load of each module, a 1 024-thread footprint case "
+                  "included): " + "; ".join(f"{k} build: {v}" for k, v in jit.items()) + ".")
+        md.append("")
     fp = report["first_project"]
     if fp is not None:
         code = fp["exit"]

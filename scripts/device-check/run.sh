@@ -8,6 +8,15 @@
 # toolchain needed).
 #
 #   OUT=/some/dir ./run.sh
+#   BACK=$OUT OUT=/tmp/device-check ./run.sh     (through the device tool:
+#   BACK first, so that it takes the tool's $OUT, not the new one)
+#
+# BACK: a folder that gets exactly four files at the end — device-check.md,
+# device-check.json, alloc-free.svg (when drawn) and device-check-raw.tgz
+# (every output of OUT) — for a runner that brings back only a few files
+# (the device tool: at most 8 from its $OUT). Give the device tool's
+# `run` a timeout_s of at least BUDGET + 75 (540 by default): the budget,
+# the kill grace of the last step and the report.
 #
 # Runs, in this order (what issue 20 asks first comes first, so that a run
 # short of time loses the least needed steps): the first project (a user's
@@ -36,12 +45,14 @@ mkdir -p "$OUT"
 # (a step left out of STEPS, or one that wrote nothing, would report the
 # old figures): all of them go first — the files this script writes, and
 # none other.
-rm -f "$OUT"/gpu.csv "$OUT"/info.txt "$OUT"/first-project.txt "$OUT"/nvcc.err \
+rm -f "$OUT"/gpu.csv "$OUT"/info.txt "$OUT"/first-project.txt "$OUT"/nvcc.err "$OUT"/jit-* \
   "$OUT"/stress-pool.* "$OUT"/stress-rpc.* "$OUT"/drift-* "$OUT"/bench-* "$OUT"/candidate-* \
   "$OUT"/baseline.jsonl "$OUT"/baseline.err "$OUT"/gallatin.jsonl "$OUT"/gallatin.err \
   "$OUT"/vmm-control-* "$OUT"/synccheck-stress.* \
   "$OUT"/memcheck-stress-pool.* "$OUT"/events-* "$OUT"/device-check.json "$OUT"/device-check.md
 step() { echo "== $*" >&2; }
+# compute-sanitizer: on PATH, else where a CUDA toolkit puts it.
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 
 SECONDS=0
 BUDGET=${BUDGET:-465}
@@ -97,6 +108,14 @@ else
 fi
 
 if want bench; then
+# The driver compiles each PTX module when a process first loads it and
+# keeps the result in its cache: one small case loads the module first,
+# under a limit of its own, so that the first timed case is not cut short
+# by the compile (its seconds are the JIT's, recorded).
+step "JIT warm-up (bench footprint, 1 024 threads)"
+jit_start=$SECONDS
+limited 60 ./warpalloc --gpu bench --json --threads 1024 --cases footprint > "$OUT/jit-bench.json" 2> "$OUT/jit-bench.err"
+echo "exit $? after $((SECONDS - jit_start)) s" >> "$OUT/jit-bench.err"
 step "bench"
 # One process per case (alloc-free one per size), each with its own limit:
 # a case that runs out of time loses only its own rows (the report names it).
@@ -218,10 +237,16 @@ fi
 
 # memcheck's control: a kernel's first write into a granule mapped before the
 # launch (expect no error) and while the kernel runs (memcheck reports one).
-if want memcheck && [ -x ./peers/vmm_control ] && command -v compute-sanitizer > /dev/null; then
+if ! want memcheck; then
+  step "memcheck control: not in STEPS"
+elif [ ! -x ./peers/vmm_control ]; then
+  step "memcheck control: not staged (no peers/vmm_control)"
+elif [ -z "$SANITIZER" ]; then
+  step "memcheck control: no compute-sanitizer"
+else
   step "memcheck control (vmm_control)"
   for when in before during; do
-    limited 30 compute-sanitizer --tool memcheck ./peers/vmm_control "$when" > "$OUT/vmm-control-$when.txt" 2>&1
+    limited 30 "$SANITIZER" --tool memcheck ./peers/vmm_control "$when" > "$OUT/vmm-control-$when.txt" 2>&1
     echo "exit $?" >> "$OUT/vmm-control-$when.txt"
   done
 fi
@@ -232,25 +257,31 @@ fi
 # kernels run, as users run it), memcheck in pool mode with no large blocks
 # — every slab mapped before the launch, since memcheck reports a first
 # write into memory mapped during a kernel even when it is correct (the
-# control above shows it). The slowest steps, each
+# control above shows it). `size_sweep` and `aligned` ask for large blocks
+# whatever `--large-one-in` says (sizes of 1-3 MiB, alignments of 2 and 4
+# MiB), which the host maps while the kernel runs: memcheck runs the other
+# kernels, with `--pool-fallback` so that `collections` (infallible, not
+# run on a capped heap) runs too; 1 024 slabs hold what 8 192 threads of 4
+# rounds ask for, so the fallback maps nothing. The slowest steps, each
 # limited to 90 s of what is left of the budget (cut, or skipped with exit
 # 254, when the steps before took it). Each writes the sanitizer's log, the
 # stress run's JSON (it proves warpalloc served the kernels: heap traffic)
 # and its exit status.
 if ! want sanitizer; then
   step "sanitizer: not in STEPS"
-elif command -v compute-sanitizer > /dev/null; then
+elif [ -n "$SANITIZER" ]; then
   sanitized() {
     name=$1; tool=$2; shift 2
     step "compute-sanitizer $tool: stress $*"
-    limited 90 compute-sanitizer --tool "$tool" --log-file "$OUT/$name.log" \
+    limited 90 "$SANITIZER" --tool "$tool" --log-file "$OUT/$name.log" \
       ./warpalloc --gpu stress --blocks 64 --threads 128 --iterations 4 --json "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
     echo "exit $?" >> "$OUT/$name.log"
   }
   sanitized synccheck-stress synccheck
-  sanitized memcheck-stress-pool memcheck --pool-slabs 1024 --large-one-in 0
+  sanitized memcheck-stress-pool memcheck --pool-slabs 1024 --pool-fallback --large-one-in 0 \
+    --kernels churn,fill,lifetimes,collections,resize,bad_input
 else
-  step "sanitizer: compute-sanitizer is not on PATH"
+  step "sanitizer: no compute-sanitizer (not on PATH, nor in /usr/local/cuda*/bin)"
 fi
 
 # Events: the allocator's own counts on the GPU — scans, slot locks, walk
@@ -261,6 +292,11 @@ fi
 # scans per group-malloc; these say whether the GPU's launches do the same.
 # Last: the least needed of the steps (a counting build).
 if want events; then
+# The events build is a module of its own: its compile first, as above.
+step "JIT warm-up (events build, bench footprint, 1 024 threads)"
+jit_start=$SECONDS
+limited 60 ./warpalloc --gpu bench --json --events --threads 1024 --cases footprint > "$OUT/jit-events.json" 2> "$OUT/jit-events.err"
+echo "exit $? after $((SECONDS - jit_start)) s" >> "$OUT/jit-events.err"
 step "events (the kernels' events build)"
 events_case() {
   name=$1; limit=$2; shift 2
@@ -274,8 +310,19 @@ events_case mixed 15 --threads 1048576 --cases mixed
 fi
 
 step "report"
+status=0
 if ! python3 report.py "$OUT"; then
   echo "run.sh: report.py failed: no report of this run (the outputs are in $OUT)" >&2
-  exit 1
+  status=1
 fi
-cat "$OUT/device-check.md"
+# BACK: the report and every raw output in one archive, four files in all.
+if [ -n "${BACK:-}" ]; then
+  mkdir -p "$BACK"
+  tar -czf "$BACK/device-check-raw.tgz" -C "$OUT" . || status=1
+  for f in device-check.md device-check.json alloc-free.svg; do
+    [ -f "$OUT/$f" ] && cp "$OUT/$f" "$BACK/"
+  done
+  echo "run.sh: $(ls "$BACK" | tr '\n' ' ')in $BACK" >&2
+fi
+[ -f "$OUT/device-check.md" ] && cat "$OUT/device-check.md"
+exit $status

@@ -96,7 +96,8 @@ enum Cmd {
     /// where it works, build the peer allocator Gallatin when its source is
     /// in `.peers/gallatin` or `GALLATIN_DIR` (CCCL's headers from `CCCL` or
     /// PyPI), and run the check here to show its no-GPU path. On a GPU
-    /// machine, run `OUT=<dir> .device/run.sh` (`STEPS=...` for fewer steps).
+    /// machine, run `OUT=<dir> .device/run.sh` (`STEPS=...` for fewer steps;
+    /// `BACK=<dir>` for the report and an archive of every output alone).
     DeviceCheck {
         /// A second build to time beside this one, before and after a change
         /// in one device call: a git revision (a branch, a tag, a commit)
@@ -435,8 +436,13 @@ fn device_check(steps: &mut Steps, candidate: Option<&str>) -> Result<()> {
     steps.run("peers", || peers(&stage))?;
     steps.run("no-GPU path", || {
         let out = stage.join("out-local");
+        let back = stage.join("back-local");
+        if back.exists() {
+            std::fs::remove_dir_all(&back)?;
+        }
         let status = Command::new(stage.join("run.sh"))
             .env("OUT", &out)
+            .env("BACK", &back)
             .status()?;
         eprintln!(
             "xtask: run.sh here exited with {status}; its outputs are in {}",
@@ -458,11 +464,56 @@ fn device_check(steps: &mut Steps, candidate: Option<&str>) -> Result<()> {
         if candidate.is_some() && !out.join("candidate-bench-mixed.err").is_file() {
             bail!("run.sh did not run the staged candidate build");
         }
+        // What the device tool brings back: at most 8 files of its $OUT.
+        let returned = std::fs::read_dir(&back)
+            .with_context(|| format!("run.sh made no BACK folder {}", back.display()))?
+            .count();
+        if !back.join("device-check-raw.tgz").is_file()
+            || !back.join("device-check.md").is_file()
+            || returned > 8
+        {
+            bail!(
+                "run.sh's BACK folder {} holds {returned} files, not the report and its archive",
+                back.display()
+            );
+        }
         Ok(())
     })?;
     eprintln!(
-        "xtask: staged {}; on a GPU machine run `OUT=<dir> .device/run.sh` (the device tool: carry `.device`)",
+        "xtask: staged {}; on a GPU machine run `OUT=<dir> .device/run.sh` (the device tool: carry `.device`, \
+         run `BACK=$OUT OUT=/tmp/device-check .device/run.sh`, BACK first, with a timeout_s of 540: its $OUT brings back 8 files at most)",
         stage.display()
+    );
+    Ok(())
+}
+
+/// The memcheck control (`vmm_control.cu` of `shared`, the peers' folder)
+/// built for sm_90 into `STAGE/peers/vmm_control`, as `build.sh` builds it;
+/// nothing (said) where the source is missing.
+fn vmm_control_alone(stage: &Path, shared: &Path) -> Result<()> {
+    let source = shared.join("vmm_control.cu");
+    if !source.is_file() {
+        eprintln!(
+            "xtask: no {}, so the GPU check runs no memcheck control",
+            source.display()
+        );
+        return Ok(());
+    }
+    let cuda = nvcc_full()?.join("nvidia/cu13");
+    let out = stage.join("peers");
+    std::fs::create_dir_all(&out)?;
+    Command::new(cuda.join("bin/nvcc"))
+        .args(["-O2", "-arch=sm_90", "-std=c++17"])
+        .arg(format!("-L{}", cuda.join("lib").display()))
+        .arg("-o")
+        .arg(out.join("vmm_control"))
+        .arg(&source)
+        .arg("-ldl")
+        .output_ok()
+        .context("compiling the memcheck control (vmm_control.cu)")?;
+    eprintln!(
+        "xtask: built the memcheck control {}",
+        out.join("vmm_control").display()
     );
     Ok(())
 }
@@ -535,19 +586,21 @@ const GALLATIN_KERNELS: &[(&str, &str)] =
 /// The `peers` step of `device-check`: builds the peer allocator Gallatin's
 /// bench and the memcheck control (`../shared/peers/build.sh`) into
 /// `STAGE/peers/`, when Gallatin's source is given (`$GALLATIN_DIR`, else
-/// `.peers/gallatin`); without it the GPU check runs without them.
+/// `.peers/gallatin`); without it, the memcheck control alone (it needs
+/// neither Gallatin nor CCCL: until 2026-12-07 a check staged without
+/// Gallatin had no control for its memcheck row).
 fn peers(stage: &Path) -> Result<()> {
+    let shared = root()
+        .parent()
+        .context("the repository root has no parent folder (where shared/ is)")?
+        .join("shared/peers");
     let Some(gallatin) = gallatin_dir()? else {
         eprintln!(
             "xtask: no Gallatin source, so the GPU check's report will have no Gallatin column: \
              set GALLATIN_DIR to a copy of github.com/saltsystemslab/gallatin (or unpack one into .peers/gallatin)"
         );
-        return Ok(());
+        return vmm_control_alone(stage, &shared);
     };
-    let shared = root()
-        .parent()
-        .context("the repository root has no parent folder (where shared/ is)")?
-        .join("shared/peers");
     let build = shared.join("build.sh");
     if !build.is_file() {
         bail!(
