@@ -710,12 +710,21 @@ fn handler(
         move |request: Request, frees: &mut dyn FnMut() -> bool| match request {
             Request::Alloc { bytes, align } => {
                 counters.allocs.fetch_add(1, Ordering::Relaxed);
-                let mut result = lock(&region).allocate(bytes, align);
+                let (mut result, refused) = {
+                    let mut region = lock(&region);
+                    let result = region.allocate(bytes, align);
+                    (result, region.take_last_refusal())
+                };
                 // Before a refusal, the frees pending on other ports, which a
                 // kernel may have sent before this request (`serve_frees`):
-                // then the region again.
+                // then the region again. A refusal the second try turned
+                // into an address is not counted.
                 if result.is_err() && frees() {
-                    result = lock(&region).allocate(bytes, align);
+                    let mut region = lock(&region);
+                    result = region.allocate(bytes, align);
+                    if let (Ok(_), Some(refused)) = (result, refused) {
+                        region.forgive(refused);
+                    }
                 }
                 Reply::Alloc(result.map_err(|why| {
                     let region = lock(&region);
@@ -1270,8 +1279,14 @@ impl Heap {
             // memory first (spilled slabs go back to the host).
             taken.sort_by_key(|&slab| region.is_spilled(slab));
             let room = (slabs as usize).saturating_sub(copy.pool_len());
-            for slab in taken.drain(..room.min(taken.len())) {
-                copy.pool_push(slab);
+            let pooled: Vec<u64> = taken.drain(..room.min(taken.len())).collect();
+            for slab in pooled {
+                // One the pool refuses (no slab of the region: the device
+                // heap is corrupt) goes to the region's refusal below, not
+                // lost.
+                if !copy.pool_push(slab) {
+                    taken.push(slab);
+                }
             }
         }
         self.write_device_heap(&copy)?;
@@ -1370,10 +1385,14 @@ impl Heap {
                     let slab = match pooled {
                         // The pool's links are the device's: a stray kernel
                         // write may name a granule the region never mapped,
-                        // where the header write below would fault.
-                        Some(slab) if !region.is_mapped(slab, GRANULE) => {
+                        // where the header write below would fault — or an
+                        // address a run moved away from, mapped still but
+                        // to memory that now serves another address (a live
+                        // block's, say): only a live slab the region handed
+                        // out (a review, 2026-12-07).
+                        Some(slab) if !region.is_run(slab, GRANULE) => {
                             return Err(HostError::HeapCorrupt(format!(
-                                "the slab pool names {slab:#x}, which the heap never mapped"
+                                "the slab pool names {slab:#x}, which is no slab the heap handed out"
                             )));
                         }
                         Some(slab) => slab,
@@ -1631,5 +1650,52 @@ impl Drop for Heap {
                 let _ = write_link(&*self.device, global, 0);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backing::{GRANULE, HostEmulated, Refusal, RegionConfig};
+
+    /// An `Alloc` the region refused, served once the handler served the
+    /// frees pending on the mailbox's other ports, counts no refusal; one
+    /// that no free turns around counts one.
+    #[test]
+    fn a_refusal_the_pending_frees_turn_around_is_not_counted() {
+        let backing: Box<dyn Backing> =
+            Box::new(HostEmulated::new(8 * GRANULE).expect("emulated device"));
+        let region: SharedRegion = Arc::new(Mutex::new(
+            Region::new(
+                backing,
+                RegionConfig {
+                    reserve: Some(8 * GRANULE),
+                    limit: Some(GRANULE),
+                    ..RegionConfig::default()
+                },
+            )
+            .expect("region"),
+        ));
+        let held = lock(&region)
+            .allocate(GRANULE, GRANULE)
+            .expect("the limit's granule");
+        let serve = handler(
+            Arc::clone(&region),
+            Arc::new(Counters::default()),
+            Some(GRANULE),
+            0,
+            false,
+        );
+        let alloc = Request::Alloc {
+            bytes: GRANULE,
+            align: GRANULE,
+        };
+        let pending = Arc::clone(&region);
+        let reply = serve(alloc, &mut || lock(&pending).free(held, GRANULE).is_ok());
+        assert!(matches!(reply, Reply::Alloc(Ok(_))), "{reply:?}");
+        assert_eq!(lock(&region).stats().refused(Refusal::Limit), 0);
+        let reply = serve(alloc, &mut || false);
+        assert!(matches!(reply, Reply::Alloc(Err(_))), "{reply:?}");
+        assert_eq!(lock(&region).stats().refused(Refusal::Limit), 1);
     }
 }

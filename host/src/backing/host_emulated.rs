@@ -3,14 +3,21 @@
 //!
 //! * reservation: `mmap(PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)`,
 //!   over-reserved and trimmed so that the base is 2 MiB aligned;
-//! * physical granule: a `memfd` of 2 MiB (`cuMemCreate`);
+//! * physical granule: 2 MiB of one `memfd` per backing, the store
+//!   (`cuMemCreate`): the file grows a granule at a time, and a granule
+//!   released (`cuMemRelease`) is a hole punched in it
+//!   (`fallocate(FALLOC_FL_PUNCH_HOLE)`: its memory goes back to the
+//!   system), reused before the file grows again. One descriptor in all:
+//!   a memfd per granule, until 2026-12-07, ran into the usual limit of
+//!   1 024 open files at about 2 GiB mapped (a review);
 //! * map: `mmap(addr, 2 MiB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-//!   fd)` (`cuMemMap` + `cuMemSetAccess`);
+//!   store, offset)` (`cuMemMap` + `cuMemSetAccess`);
 //! * unmap: the range becomes `PROT_NONE` anonymous memory again
-//!   (`cuMemUnmap`), and the memfd a spare that may be mapped elsewhere;
+//!   (`cuMemUnmap`), and its granule of the store a spare that may be
+//!   mapped elsewhere;
 //! * remap: the memfd mapped at a second address as well (`cuMemMap` of the
 //!   same handle), the first left as an alias until it is unmapped;
-//! * map_host (spill): a memfd as for `map`, but counted as host memory: it
+//! * map_host (spill): a granule as for `map`, but counted as host memory: it
 //!   does not take from the emulated device's memory, and goes back to a
 //!   spare list of its own.
 //!
@@ -28,6 +35,8 @@ use super::{Backing, BackingError, DriverCalls, GRANULE};
 pub struct HostEmulated {
     device_memory: u64,
     reservation: Option<(u64, u64)>,
+    /// The physical granules' memory.
+    store: os::Store,
     mapped: HashMap<u64, os::Physical>,
     /// Addresses a physical granule moved away from (`remap`): still mapped
     /// to it, until `unmap`.
@@ -39,9 +48,11 @@ pub struct HostEmulated {
     host_spares: Vec<os::Physical>,
     calls: DriverCalls,
     /// Unmaps left to fail as if the operating system refused them
-    /// (`unmap`'s tests).
+    /// (`unmap`'s tests), after `pass_unmaps` more that succeed.
     #[cfg(test)]
     fail_unmaps: u32,
+    #[cfg(test)]
+    pass_unmaps: u32,
 }
 
 impl HostEmulated {
@@ -50,6 +61,7 @@ impl HostEmulated {
         Ok(HostEmulated {
             device_memory,
             reservation: None,
+            store: os::Store::new(),
             mapped: HashMap::new(),
             aliases: HashSet::new(),
             spares: Vec::new(),
@@ -58,12 +70,26 @@ impl HostEmulated {
             calls: DriverCalls::default(),
             #[cfg(test)]
             fail_unmaps: 0,
+            #[cfg(test)]
+            pass_unmaps: 0,
         })
+    }
+
+    /// The next `pass` unmaps succeed, the `fail` after them are refused
+    /// as if by the operating system (the region's tests).
+    #[cfg(test)]
+    pub(crate) fn inject_unmap_failures(&mut self, pass: u32, fail: u32) {
+        self.pass_unmaps = pass;
+        self.fail_unmaps = fail;
     }
 
     /// An injected refusal of an unmap, while `fail_unmaps` lasts.
     #[cfg(test)]
     fn injected_unmap_failure(&mut self) -> Result<(), BackingError> {
+        if self.pass_unmaps != 0 {
+            self.pass_unmaps -= 1;
+            return Ok(());
+        }
         if self.fail_unmaps == 0 {
             return Ok(());
         }
@@ -89,7 +115,7 @@ impl HostEmulated {
         if let Some(physical) = spares.pop() {
             return Ok(physical);
         }
-        let physical = os::create()?;
+        let physical = self.store.create()?;
         self.calls.creates += 1;
         Ok(physical)
     }
@@ -104,7 +130,7 @@ impl HostEmulated {
         }
         let physical = self.new_granule(host)?;
         // SAFETY: `addr` is a granule of our reservation that is not mapped.
-        if let Err(e) = unsafe { os::map(addr, &physical) } {
+        if let Err(e) = unsafe { self.store.map(addr, physical) } {
             if host {
                 self.host_spares.push(physical);
             } else {
@@ -193,7 +219,7 @@ impl Backing for HostEmulated {
             return Err(BackingError::BadRequest(format!("remap {from:#x}")));
         };
         // SAFETY: `to` is a granule of our reservation that is not mapped.
-        if let Err(e) = unsafe { os::map(to, &physical) } {
+        if let Err(e) = unsafe { self.store.map(to, physical) } {
             self.mapped.insert(from, physical);
             return Err(e);
         }
@@ -222,12 +248,34 @@ impl Backing for HostEmulated {
         Ok(())
     }
 
+    /// Each spare's memory back to the system (a hole punched in the
+    /// store); one the system refuses stays a spare, and the first refusal
+    /// is returned once every spare was tried.
     fn release_spares(&mut self) -> Result<u64, BackingError> {
-        let n = (self.spares.len() + self.host_spares.len()) as u64;
-        self.spares.clear();
-        self.host_spares.clear();
-        self.calls.releases += n;
-        Ok(n)
+        let mut released = 0;
+        let mut first = Ok(());
+        for host in [false, true] {
+            let spares = std::mem::take(if host {
+                &mut self.host_spares
+            } else {
+                &mut self.spares
+            });
+            for physical in spares {
+                match self.store.release(physical) {
+                    Ok(()) => released += 1,
+                    Err(e) => {
+                        first = first.and(Err(e));
+                        if host {
+                            self.host_spares.push(physical);
+                        } else {
+                            self.spares.push(physical);
+                        }
+                    }
+                }
+            }
+        }
+        self.calls.releases += released;
+        first.map(|()| released)
     }
 
     fn free_reservation(&mut self) -> Result<(), BackingError> {
@@ -281,29 +329,121 @@ mod os {
 
     use super::{BackingError, GRANULE};
 
-    /// A physical granule: a memfd of [`GRANULE`] bytes.
-    pub type Physical = OwnedFd;
+    /// A physical granule: its offset in the [`Store`].
+    pub type Physical = u64;
+
+    /// The physical memory of one backing: one memfd, created at the first
+    /// granule, that grows a granule at a time. A released granule is a
+    /// hole punched in it (its pages go back to the system; it reads zero
+    /// again), and is handed out again before the file grows.
+    ///
+    /// Invariants: `len` is a multiple of [`GRANULE`]; every offset in
+    /// `holes` is below `len`, a multiple of [`GRANULE`], and neither
+    /// mapped nor a spare of the backing.
+    pub struct Store {
+        fd: Option<OwnedFd>,
+        len: u64,
+        holes: Vec<u64>,
+    }
+
+    impl Store {
+        /// An empty store (no file yet).
+        pub const fn new() -> Store {
+            Store {
+                fd: None,
+                len: 0,
+                holes: Vec::new(),
+            }
+        }
+
+        /// A granule of memory (zeroed): a hole, else the file grown.
+        pub fn create(&mut self) -> Result<Physical, BackingError> {
+            if let Some(at) = self.holes.pop() {
+                return Ok(at);
+            }
+            let fd = match &self.fd {
+                Some(fd) => fd,
+                None => {
+                    // SAFETY: a static NUL-terminated name; flags are valid.
+                    let raw = unsafe {
+                        libc::memfd_create(c"warpalloc-granules".as_ptr(), libc::MFD_CLOEXEC)
+                    };
+                    if raw < 0 {
+                        return Err(os_error("memfd_create"));
+                    }
+                    // SAFETY: `raw` is a fresh descriptor we own.
+                    self.fd.insert(unsafe { OwnedFd::from_raw_fd(raw) })
+                }
+            };
+            let len = self.len + GRANULE;
+            let size = libc::off_t::try_from(len)
+                .map_err(|_| BackingError::BadRequest("the store is full".into()))?;
+            // SAFETY: a valid descriptor and length.
+            if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+                return Err(os_error("ftruncate"));
+            }
+            let at = self.len;
+            self.len = len;
+            Ok(at)
+        }
+
+        /// Gives granule `at`'s memory back to the system (a hole punched
+        /// in the file), for [`Store::create`] to hand out again.
+        pub fn release(&mut self, at: Physical) -> Result<(), BackingError> {
+            let Some(fd) = &self.fd else {
+                return Err(BackingError::BadRequest(format!("release {at:#x}")));
+            };
+            // Offsets below `len` ≤ `off_t::MAX` (`create`).
+            let (offset, bytes) = (at as libc::off_t, GRANULE as libc::off_t);
+            // SAFETY: a valid descriptor; the range lies in the file.
+            let done = unsafe {
+                libc::fallocate(
+                    fd.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset,
+                    bytes,
+                )
+            };
+            if done != 0 {
+                return Err(os_error("fallocate (punch hole)"));
+            }
+            self.holes.push(at);
+            Ok(())
+        }
+
+        /// Maps granule `at` of the store at `addr`.
+        ///
+        /// # Safety
+        /// `addr` is an unmapped granule of a reservation of ours; `at` a
+        /// granule [`Store::create`] made, not released since.
+        pub unsafe fn map(&self, addr: u64, at: Physical) -> Result<(), BackingError> {
+            let Some(fd) = &self.fd else {
+                return Err(BackingError::BadRequest(format!("map {at:#x}")));
+            };
+            // SAFETY: the caller's contract; MAP_FIXED replaces exactly that
+            // granule of the PROT_NONE reservation.
+            let raw = unsafe {
+                libc::mmap(
+                    addr as *mut libc::c_void,
+                    GRANULE as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd.as_raw_fd(),
+                    at as libc::off_t,
+                )
+            };
+            if raw == libc::MAP_FAILED {
+                return Err(os_error("mmap (map)"));
+            }
+            Ok(())
+        }
+    }
 
     fn os_error(call: &'static str) -> BackingError {
         BackingError::Os {
             call,
             source: std::io::Error::last_os_error(),
         }
-    }
-
-    pub fn create() -> Result<Physical, BackingError> {
-        // SAFETY: a static NUL-terminated name; flags are valid.
-        let raw = unsafe { libc::memfd_create(c"warpalloc-granule".as_ptr(), libc::MFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(os_error("memfd_create"));
-        }
-        // SAFETY: `raw` is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: a valid descriptor and length.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), GRANULE as libc::off_t) } != 0 {
-            return Err(os_error("ftruncate"));
-        }
-        Ok(fd)
     }
 
     /// A `PROT_NONE` range of `bytes` (a multiple of [`GRANULE`]) aligned to
@@ -342,29 +482,6 @@ mod os {
             }
         }
         Ok(base)
-    }
-
-    /// Maps `physical` at `addr`.
-    ///
-    /// # Safety
-    /// `addr` is an unmapped granule of a reservation of ours.
-    pub unsafe fn map(addr: u64, physical: &Physical) -> Result<(), BackingError> {
-        // SAFETY: the caller's contract; MAP_FIXED replaces exactly that
-        // granule of the PROT_NONE reservation.
-        let raw = unsafe {
-            libc::mmap(
-                addr as *mut libc::c_void,
-                GRANULE as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                physical.as_raw_fd(),
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(os_error("mmap (map)"));
-        }
-        Ok(())
     }
 
     /// Unmaps the granule at `addr` (it becomes `PROT_NONE` again).
@@ -418,8 +535,35 @@ mod os {
     /// What an unmapped granule holds, so that a stale use reads garbage.
     const POISON: u8 = 0xa5;
 
-    pub fn create() -> Result<Physical, BackingError> {
-        Ok(())
+    /// The store: nothing to hold either.
+    pub struct Store;
+
+    impl Store {
+        pub const fn new() -> Store {
+            Store
+        }
+
+        pub fn create(&mut self) -> Result<Physical, BackingError> {
+            Ok(())
+        }
+
+        pub fn release(&mut self, _: Physical) -> Result<(), BackingError> {
+            Ok(())
+        }
+
+        /// # Safety
+        /// `addr` is an unmapped granule of a reservation of ours.
+        pub unsafe fn map(&self, addr: u64, _: Physical) -> Result<(), BackingError> {
+            // SAFETY: a granule inside our allocation (the caller's contract).
+            unsafe {
+                std::ptr::write_bytes(
+                    std::ptr::with_exposed_provenance_mut::<u8>(addr as usize),
+                    0,
+                    GRANULE as usize,
+                )
+            };
+            Ok(())
+        }
     }
 
     fn layout(bytes: u64) -> Result<Layout, BackingError> {
@@ -439,20 +583,6 @@ mod os {
             });
         }
         Ok(base.expose_provenance() as u64)
-    }
-
-    /// # Safety
-    /// `addr` is an unmapped granule of a reservation of ours.
-    pub unsafe fn map(addr: u64, _: &Physical) -> Result<(), BackingError> {
-        // SAFETY: a granule inside our allocation (the caller's contract).
-        unsafe {
-            std::ptr::write_bytes(
-                std::ptr::with_exposed_provenance_mut::<u8>(addr as usize),
-                0,
-                GRANULE as usize,
-            )
-        };
-        Ok(())
     }
 
     /// # Safety

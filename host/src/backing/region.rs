@@ -336,6 +336,8 @@ pub struct Region<B: Backing> {
     map_attempts: u64,
     stats: RegionStats,
     last_driver_error: Option<String>,
+    /// The last `allocate`'s refusal as counted, for `forgive` to take back.
+    last_refusal: Option<Counted>,
 }
 
 impl<B: Backing> Region<B> {
@@ -364,6 +366,7 @@ impl<B: Backing> Region<B> {
             map_attempts: 0,
             stats: RegionStats::default(),
             last_driver_error: None,
+            last_refusal: None,
         })
     }
 
@@ -396,6 +399,22 @@ impl<B: Backing> Region<B> {
         }
         let (first, last) = (offset / GRANULE, (end - 1) / GRANULE);
         (first..=last).all(|g| self.states[g as usize] != State::Unmapped)
+    }
+
+    /// Whether `addr` starts a run of `bytes` that the region handed out
+    /// and that is live (not freed): a slab the host may write a header
+    /// into. Unlike [`Region::is_mapped`], not an address a run moved
+    /// away from (whose memory now serves another address), nor a free
+    /// granule.
+    pub fn is_run(&self, addr: u64, bytes: u64) -> bool {
+        addr.checked_sub(self.base)
+            .filter(|offset| offset.is_multiple_of(GRANULE))
+            .and_then(|offset| usize::try_from(offset / GRANULE).ok())
+            .is_some_and(|g| {
+                self.runs
+                    .get(&g)
+                    .is_some_and(|&n| n as u64 * GRANULE == bytes)
+            })
     }
 
     /// The backing.
@@ -465,9 +484,7 @@ impl<B: Backing> Region<B> {
     /// call); else the first start with the fewest granules still to map
     /// (`Used` and `Retired` granules excluded); or `None`.
     fn find_run(&self, n: usize, align: u64) -> Option<usize> {
-        let step = (align / GRANULE).max(1) as usize;
-        let misalign = ((self.base % align) / GRANULE) as usize;
-        let first = (step - misalign % step) % step;
+        let (first, step) = self.first_aligned(align);
         #[cfg(debug_assertions)]
         if self.states.len() <= CHECKED_GRANULES {
             self.free_granules.check();
@@ -494,6 +511,18 @@ impl<B: Backing> Region<B> {
             );
         }
         found
+    }
+
+    /// The first granule whose address is a multiple of `align` (a power
+    /// of two, at least [`GRANULE`]), and the granules between two such:
+    /// `(first, step)`. `first` may lie past the region (an alignment no
+    /// address of it has).
+    fn first_aligned(&self, align: u64) -> (usize, usize) {
+        let step = usize::try_from(align / GRANULE)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let misalign = usize::try_from((self.base % align) / GRANULE).unwrap_or(usize::MAX);
+        (((step - misalign % step) % step), step)
     }
 
     /// The first aligned start (`first`, then every `step`) whose run of `n`
@@ -702,12 +731,52 @@ impl<B: Backing> Region<B> {
     /// host memory, if the host has room (`spill_floor`); else the device's
     /// refusal stands.
     pub fn allocate(&mut self, bytes: u64, align: u64) -> Result<u64, Refusal> {
+        let spills_refused = self.stats.spills_refused;
+        let result = self.allocate_counted(bytes, align);
+        self.last_refusal = result.err().map(|why| Counted {
+            why,
+            spills_refused: self.stats.spills_refused - spills_refused,
+        });
+        result
+    }
+
+    /// The counts of the last `allocate`'s refusal (none after a success),
+    /// taken: what [`Region::forgive`] takes back should a retry serve the
+    /// request after all.
+    pub(crate) fn take_last_refusal(&mut self) -> Option<Counted> {
+        self.last_refusal.take()
+    }
+
+    /// Takes back a refusal's counts (from [`Region::take_last_refusal`]):
+    /// the host's handler tried the region, served the frees pending on
+    /// the mailbox's other ports and tried again, which served the
+    /// request; the device saw no refusal, and neither should the stats
+    /// (until 2026-12-07 they counted one; a review).
+    pub(crate) fn forgive(&mut self, counted: Counted) {
+        let n = &mut self.stats.refusals[counted.why.index()];
+        *n = n.saturating_sub(1);
+        self.stats.spills_refused = self
+            .stats
+            .spills_refused
+            .saturating_sub(counted.spills_refused);
+    }
+
+    /// [`Region::allocate`], each refusal counted where it is made.
+    fn allocate_counted(&mut self, bytes: u64, align: u64) -> Result<u64, Refusal> {
         if bytes == 0 || !bytes.is_multiple_of(GRANULE) || !align.is_power_of_two() {
             return Err(self.refuse(Refusal::BadRequest));
         }
         let align = align.max(GRANULE);
         let n = usize::try_from(bytes / GRANULE).unwrap_or(usize::MAX);
-        if n > self.states.len() {
+        // No aligned run of `n` granules anywhere in the region (say
+        // `aligned_alloc(1 << 40, ..)`): address space, whatever memory
+        // is left — a refusal that named the limit or the headroom told
+        // the user to raise what could not help (a review, 2026-12-07).
+        let (first, _) = self.first_aligned(align);
+        if first
+            .checked_add(n)
+            .is_none_or(|end| end > self.states.len())
+        {
             return Err(self.refuse(Refusal::NoAddressSpace));
         }
         let Some(start) = self.find_run(n, align) else {
@@ -873,7 +942,22 @@ impl<B: Backing> Region<B> {
     /// Unmaps and releases every mapped granule that is free. Only while no
     /// kernel that uses the region runs (the caller's duty). Returns the
     /// bytes given back.
+    ///
+    /// A refused unmap ends the unmapping, but what was unmapped before it
+    /// still goes back to the system (its spares released): until
+    /// 2026-12-07 they stayed held, no longer counted as mapped but still
+    /// taking device memory (a review). The first error is returned.
     pub fn trim(&mut self) -> Result<u64, BackingError> {
+        let unmapped = self.unmap_free();
+        let released = self.backing.release_spares();
+        let bytes = unmapped?;
+        released?;
+        Ok(bytes)
+    }
+
+    /// `trim`'s unmapping: every alias, then every free granule; the bytes
+    /// of free granules unmapped, or the first refusal.
+    fn unmap_free(&mut self) -> Result<u64, BackingError> {
         // Aliases first: their physical granules are mapped elsewhere, and
         // must not be released (as spares) while an alias still maps them.
         let retired: Vec<usize> = (0..self.states.len())
@@ -914,9 +998,16 @@ impl<B: Backing> Region<B> {
             self.stats.free_mapped_granules -= 1;
             released += GRANULE;
         }
-        self.backing.release_spares()?;
         Ok(released)
     }
+}
+
+/// A refusal as [`Region::allocate`] counted it: the reason, and how many
+/// refused spills it counted beside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Counted {
+    why: Refusal,
+    spills_refused: u64,
 }
 
 impl<B: Backing> Drop for Region<B> {
@@ -955,6 +1046,82 @@ mod tests {
             .position(|&s| s == State::Unmapped)
             .unwrap_or(states.len());
         r
+    }
+
+    /// An alignment that no address of the region has is refused as
+    /// address space, at the limit too (it was `Limit` there).
+    #[test]
+    fn an_alignment_the_region_cannot_meet_is_no_address_space() {
+        let backing = HostEmulated::new(64 * GRANULE).expect("emulated device");
+        let mut r = Region::new(
+            backing,
+            RegionConfig {
+                reserve: Some(8 * GRANULE),
+                limit: Some(GRANULE),
+                ..RegionConfig::default()
+            },
+        )
+        .expect("region");
+        r.allocate(GRANULE, GRANULE)
+            .expect("one granule, the limit");
+        assert_eq!(r.allocate(GRANULE, 1 << 62), Err(Refusal::NoAddressSpace));
+        assert_eq!(r.allocate(GRANULE, 1 << 63), Err(Refusal::NoAddressSpace));
+        // At the limit, a granule the region could place is the limit's.
+        assert_eq!(r.allocate(GRANULE, GRANULE), Err(Refusal::Limit));
+    }
+
+    /// Only a live run's start, at its length, is a run: not a freed
+    /// granule (mapped still), nor a granule inside a run.
+    #[test]
+    fn is_run_names_live_runs_alone() {
+        let backing = HostEmulated::new(8 * GRANULE).expect("emulated device");
+        let mut r = Region::new(
+            backing,
+            RegionConfig {
+                reserve: Some(8 * GRANULE),
+                ..RegionConfig::default()
+            },
+        )
+        .expect("region");
+        let one = r.allocate(GRANULE, GRANULE).expect("a granule");
+        let two = r.allocate(2 * GRANULE, GRANULE).expect("a run of two");
+        assert!(r.is_run(one, GRANULE) && r.is_run(two, 2 * GRANULE));
+        assert!(!r.is_run(two, GRANULE) && !r.is_run(two + GRANULE, GRANULE));
+        assert!(!r.is_run(one + 4096, GRANULE) && !r.is_run(0, GRANULE));
+        r.free(one, GRANULE).expect("free");
+        assert!(r.is_mapped(one, GRANULE) && !r.is_run(one, GRANULE));
+    }
+
+    /// A trim whose second unmap is refused still releases the granule it
+    /// unmapped first: no spare left holding device memory.
+    #[test]
+    fn a_refused_trim_releases_what_it_unmapped() {
+        let backing = HostEmulated::new(8 * GRANULE).expect("emulated device");
+        let mut r = Region::new(
+            backing,
+            RegionConfig {
+                reserve: Some(8 * GRANULE),
+                ..RegionConfig::default()
+            },
+        )
+        .expect("region");
+        let blocks: Vec<u64> = (0..3)
+            .map(|_| r.allocate(GRANULE, GRANULE).expect("a granule"))
+            .collect();
+        for b in blocks {
+            r.free(b, GRANULE).expect("free");
+        }
+        r.backing.inject_unmap_failures(1, 1);
+        assert!(r.trim().is_err(), "the injected refusal");
+        assert_eq!(
+            r.backing.calls().releases,
+            1,
+            "the unmapped granule released"
+        );
+        assert_eq!(r.backing.free_device_memory(), Some(6 * GRANULE));
+        // The rest at the next trim.
+        assert_eq!(r.trim().expect("trim"), 2 * GRANULE);
+        assert_eq!(r.backing.free_device_memory(), Some(8 * GRANULE));
     }
 
     /// A run may not hold two `Retired` granules whose memory is one
