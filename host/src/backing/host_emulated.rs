@@ -28,12 +28,19 @@
 //! same code either way.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Backing, BackingError, DriverCalls, GRANULE};
 
 /// Host memory behaving like a GPU's virtual memory.
 pub struct HostEmulated {
     device_memory: u64,
+    /// Bytes of the emulated device's memory in use, by every backing and
+    /// buffer of one device (`HostEmulated::sharing`): as `cuMemGetInfo`
+    /// counts the whole GPU's. This backing's share: its device granules,
+    /// mapped or spare (a spare still holds its memory until released).
+    in_use: Arc<AtomicU64>,
     reservation: Option<(u64, u64)>,
     /// The physical granules' memory.
     store: os::Store,
@@ -56,10 +63,24 @@ pub struct HostEmulated {
 }
 
 impl HostEmulated {
-    /// An emulated device with `device_memory` bytes of memory.
+    /// An emulated device with `device_memory` bytes of memory, this
+    /// backing its only user.
     pub fn new(device_memory: u64) -> Result<HostEmulated, BackingError> {
+        HostEmulated::sharing(device_memory, Arc::default())
+    }
+
+    /// A backing of an emulated device with `device_memory` bytes of
+    /// memory, of which `in_use` bytes are in use (by its other backings and
+    /// buffers, which count there too): two heaps of one device see each
+    /// other's memory, as on a GPU. Until 2026-12-07 each backing saw the
+    /// whole device (a review).
+    pub fn sharing(
+        device_memory: u64,
+        in_use: Arc<AtomicU64>,
+    ) -> Result<HostEmulated, BackingError> {
         Ok(HostEmulated {
             device_memory,
+            in_use,
             reservation: None,
             store: os::Store::new(),
             mapped: HashMap::new(),
@@ -100,12 +121,6 @@ impl HostEmulated {
         })
     }
 
-    /// Device memory in use: mapped granules that are not host memory, and
-    /// device spares.
-    fn physical_in_use(&self) -> u64 {
-        (self.mapped.len() - self.host.len() + self.spares.len()) as u64 * GRANULE
-    }
-
     fn new_granule(&mut self, host: bool) -> Result<os::Physical, BackingError> {
         let spares = if host {
             &mut self.host_spares
@@ -117,6 +132,9 @@ impl HostEmulated {
         }
         let physical = self.store.create()?;
         self.calls.creates += 1;
+        if !host {
+            self.in_use.fetch_add(GRANULE, Ordering::Relaxed);
+        }
         Ok(physical)
     }
 
@@ -262,7 +280,12 @@ impl Backing for HostEmulated {
             });
             for physical in spares {
                 match self.store.release(physical) {
-                    Ok(()) => released += 1,
+                    Ok(()) => {
+                        released += 1;
+                        if !host {
+                            self.in_use.fetch_sub(GRANULE, Ordering::Relaxed);
+                        }
+                    }
                     Err(e) => {
                         first = first.and(Err(e));
                         if host {
@@ -302,7 +325,10 @@ impl Backing for HostEmulated {
     }
 
     fn free_device_memory(&self) -> Option<u64> {
-        Some(self.device_memory.saturating_sub(self.physical_in_use()))
+        Some(
+            self.device_memory
+                .saturating_sub(self.in_use.load(Ordering::Relaxed)),
+        )
     }
 
     fn device_memory(&self) -> u64 {

@@ -24,6 +24,7 @@
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use warpalloc_device::abi::HEAP_SYMBOL;
@@ -46,6 +47,10 @@ pub struct Emulated {
     /// Work in progress (launches, queued stream work), shared with the
     /// modules: what `synchronize` waits for.
     activity: Arc<Activity>,
+    /// Bytes of its memory in use: every heap's backing (their granules)
+    /// and every buffer (`alloc_zeroed`), as a GPU's free memory counts
+    /// them all.
+    in_use: Arc<AtomicU64>,
 }
 
 /// Work in progress on an emulated device.
@@ -115,6 +120,7 @@ impl Emulated {
                 emulated: true,
             },
             activity: Arc::default(),
+            in_use: Arc::default(),
         }
     }
 }
@@ -142,6 +148,9 @@ impl Default for Emulated {
 struct HostBlock {
     ptr: *mut u8,
     layout: Layout,
+    /// The device's count of memory in use that this block's bytes are in
+    /// (a buffer's; none for host memory and a module's globals).
+    counted: Option<Arc<AtomicU64>>,
 }
 
 // SAFETY: plain memory owned by this value; users reach it through raw
@@ -162,7 +171,18 @@ impl HostBlock {
         if ptr.is_null() {
             return Err(HostError::OutOfHostMemory(bytes));
         }
-        Ok(HostBlock { ptr, layout })
+        Ok(HostBlock {
+            ptr,
+            layout,
+            counted: None,
+        })
+    }
+
+    /// The block counted in `in_use` while it lives.
+    fn counted(mut self, in_use: &Arc<AtomicU64>) -> HostBlock {
+        in_use.fetch_add(self.layout.size() as u64, Ordering::Relaxed);
+        self.counted = Some(Arc::clone(in_use));
+        self
     }
 
     fn addr(&self) -> DevicePtr {
@@ -172,6 +192,9 @@ impl HostBlock {
 
 impl Drop for HostBlock {
     fn drop(&mut self) {
+        if let Some(in_use) = &self.counted {
+            in_use.fetch_sub(self.layout.size() as u64, Ordering::Relaxed);
+        }
         // SAFETY: allocated in `new` with this layout, freed once, here.
         unsafe { dealloc(self.ptr, self.layout) };
     }
@@ -215,7 +238,7 @@ unsafe impl Device for Emulated {
     }
 
     fn alloc_zeroed(&self, bytes: usize) -> Result<Box<dyn Allocation>, HostError> {
-        Ok(Box::new(HostBlock::new(bytes, 256)?))
+        Ok(Box::new(HostBlock::new(bytes, 256)?.counted(&self.in_use)))
     }
 
     unsafe fn write(&self, dst: DevicePtr, bytes: &[u8]) -> Result<(), HostError> {
@@ -252,7 +275,10 @@ unsafe impl Device for Emulated {
     }
 
     fn backing(&self) -> Result<Box<dyn Backing>, HostError> {
-        Ok(Box::new(HostEmulated::new(self.info.total_memory)?))
+        Ok(Box::new(HostEmulated::sharing(
+            self.info.total_memory,
+            Arc::clone(&self.in_use),
+        )?))
     }
 
     fn synchronize(&self) -> Result<(), HostError> {
@@ -383,5 +409,35 @@ unsafe impl Module for EmulatedModule {
             kernel_time: None,
             simulator: Some(stats),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backing::GRANULE;
+
+    /// Two heaps' backings of one emulated device, and its buffers, see
+    /// each other's memory, as a GPU's free memory counts all of them.
+    #[test]
+    fn backings_and_buffers_of_one_device_share_its_memory() {
+        let device = Emulated::new(8 * GRANULE);
+        let mut a = device.backing().expect("a backing");
+        let b = device.backing().expect("another");
+        let base = a.reserve(4 * GRANULE).expect("reserve");
+        a.map(base).expect("map");
+        a.map(base + GRANULE).expect("map");
+        assert_eq!(b.free_device_memory(), Some(6 * GRANULE));
+        let buffer = device.alloc_zeroed(GRANULE as usize).expect("a buffer");
+        assert_eq!(b.free_device_memory(), Some(5 * GRANULE));
+        drop(buffer);
+        // Unmapped, a granule is a spare and still holds its memory;
+        // released, it is free again.
+        a.unmap(base).expect("unmap");
+        assert_eq!(b.free_device_memory(), Some(6 * GRANULE));
+        a.release_spares().expect("release");
+        assert_eq!(b.free_device_memory(), Some(7 * GRANULE));
+        drop(a);
+        assert_eq!(b.free_device_memory(), Some(8 * GRANULE));
     }
 }
