@@ -163,10 +163,35 @@ impl CudaVmm {
         Ok(handle)
     }
 
+    /// Unmaps `addr` if a failed map left it stranded (mapped, where the
+    /// region has no granule), and releases the handle it held alone: the
+    /// region places granules from the lowest unmapped address, so it
+    /// comes back to a stranded one, whose map then failed on every try —
+    /// new slabs refused for the rest of the run (a review, 2026-12-07).
+    /// The caller bound the context.
+    fn unstrand(&mut self, addr: u64) -> Result<(), BackingError> {
+        let Some(&handle) = self.stranded.get(&addr) else {
+            return Ok(());
+        };
+        // SAFETY: an address we mapped (a failed map's undo left it); the
+        // region never handed it out, so no kernel uses it.
+        driver("cuMemUnmap", || unsafe {
+            sys::cuMemUnmap(addr, GRANULE as usize)
+        })?;
+        self.stranded.remove(&addr);
+        if let Some(handle) = handle {
+            // SAFETY: a physical allocation we created, mapped nowhere now.
+            driver("cuMemRelease", || unsafe { sys::cuMemRelease(handle) })?;
+            self.calls.releases += 1;
+        }
+        Ok(())
+    }
+
     /// Maps a spare or new physical granule at `addr`: host memory with
     /// `host`.
     fn map_new(&mut self, addr: u64, host: bool) -> Result<(), BackingError> {
         self.bind()?;
+        self.unstrand(addr)?;
         let spare = if host {
             self.host_spares.pop()
         } else {
@@ -315,6 +340,7 @@ impl Backing for CudaVmm {
             return Err(BackingError::BadRequest(format!("remap to {to:#x}")));
         }
         self.bind()?;
+        self.unstrand(to)?;
         self.map_handle(to, handle).map_err(|(e, still_mapped)| {
             if still_mapped {
                 // The handle stays `from`'s; `to` is unmapped later.
