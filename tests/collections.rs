@@ -12,7 +12,9 @@ use support::{buffer, read, run, stats};
 use warpalloc::HeapConfig;
 use warpalloc_device::WarpAlloc;
 use warpalloc_device::sim::{LaunchConfig, seeds};
-use warpalloc_kernels_tests::collections::{collections, panic_when_full, shrink_when_full};
+use warpalloc_kernels_tests::collections::{
+    collections, panic_when_full, shrink_large_when_full, shrink_when_full,
+};
 use warpalloc_kernels_tests::stress::STATS_WORDS;
 
 #[global_allocator]
@@ -291,5 +293,41 @@ fn a_vec_shrunk_on_an_exhausted_heap_keeps_its_block() {
         "{:?}",
         st.device
     );
+    assert_eq!(st.live.live_allocations(), 0, "{:?}", st.live);
+}
+
+/// C's `realloc` shrinking a large block on a heap at its limit keeps the
+/// block where it is and gives no emptied slab back: the classes' kept
+/// slabs serve the next small blocks with no host request.
+#[test]
+fn a_large_block_shrunk_at_the_limit_stays_and_keeps_the_classes_slabs() {
+    let mut heap = support::heap_with(HeapConfig {
+        limit: Some(10 << 20),
+        slots: 64,
+        ..HeapConfig::default()
+    });
+    let out = buffer::<u64>(&heap, 3);
+    run(
+        &mut heap,
+        &LaunchConfig::linear(1, 1),
+        shrink_large_when_full::Args {
+            out: out.kernel_ptr(),
+        },
+    );
+    let got = read(&heap, &out);
+    let st = heap.stats().expect("stats");
+    assert_eq!(
+        got[0], 1,
+        "no 6 MiB block under the limit: {got:?} {:?}",
+        st.traffic
+    );
+    assert_eq!(
+        got[1], 1,
+        "the block moved or lost its bytes: {got:?} {:?}",
+        st.traffic
+    );
+    assert_eq!(got[2], 64, "{got:?}");
+    assert_eq!(st.traffic.slabs_given_back, 0, "{:?}", st.traffic);
+    assert_eq!(st.device.out_of_memory, 0, "{:?}", st.device);
     assert_eq!(st.live.live_allocations(), 0, "{:?}", st.live);
 }

@@ -180,7 +180,11 @@ pub unsafe fn realloc(ptr: *mut u8, size: usize) -> *mut u8 {
     if size64 <= usable && size64 >= usable / 2 {
         return ptr;
     }
-    let moved = malloc(size);
+    let moved = if size64 <= usable {
+        heap.allocate_to_shrink(simt::activemask(), size64, 1)
+    } else {
+        malloc(size)
+    };
     if moved.is_null() {
         // A shrink that found no memory to move to keeps the block where it
         // is (the smaller size fits): a shrinking `realloc` never fails, and
@@ -322,7 +326,8 @@ unsafe impl GlobalAlloc for WarpAlloc {
             // `shrink_to_fit` on an exhausted heap got null and trapped
             // (a review, 2026-12-07). No report, and its null forgiven.
             Some(heap) => {
-                let new = heap.allocate(simt::activemask(), wanted, layout.align() as u64);
+                let new =
+                    heap.allocate_to_shrink(simt::activemask(), wanted, layout.align() as u64);
                 if new.is_null() {
                     heap.forgive_null(wanted, layout.align() as u64);
                     return ptr;

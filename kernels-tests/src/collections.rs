@@ -142,3 +142,55 @@ kernel! {
         }
     }
 }
+
+kernel! {
+    /// C's `realloc` shrinking a large block on a heap its limit keeps
+    /// from more: 64 blocks of 32 KiB taken and freed (their slabs kept
+    /// empty by their class), a block of 6 MiB taken, then shrunk to
+    /// 2 MiB and 4 KiB — by more than half, so `realloc` asks for a block
+    /// of 4 MiB, which the limit refuses. The block stays where it was, and
+    /// the class keeps its emptied slabs: a flush of them to the host had
+    /// made room for the smaller block and moved it. `out`: 1 when the
+    /// 6 MiB block was had, 1 when it stayed where it was with its bytes,
+    /// and how many of 64 blocks of 32 KiB were had again after it.
+    pub fn shrink_large_when_full(out: *mut u64) {
+        let mut small = [core::ptr::null_mut::<u8>(); 64];
+        for p in small.iter_mut() {
+            *p = warpalloc_device::malloc(32 << 10);
+        }
+        for p in small {
+            // SAFETY: ours (or null), from the loop above.
+            unsafe { warpalloc_device::free(p) };
+        }
+        let large = warpalloc_device::malloc(6 << 20);
+        let mut stayed = false;
+        if !large.is_null() {
+            // SAFETY: 6 MiB of ours.
+            unsafe { core::ptr::write_bytes(large, 7, 6 << 20) };
+            // SAFETY: ours, used by no one else; only the result after.
+            let shrunk = unsafe { warpalloc_device::realloc(large, (2 << 20) + 4096) };
+            // SAFETY: `shrunk` holds the first 2 MiB + 4 KiB of the block.
+            stayed = shrunk == large
+                && unsafe { core::slice::from_raw_parts(shrunk, (2 << 20) + 4096) }
+                    .iter()
+                    .all(|&b| b == 7);
+            // SAFETY: ours.
+            unsafe { warpalloc_device::free(shrunk) };
+        }
+        let mut again = 0u64;
+        for p in small.iter_mut() {
+            *p = warpalloc_device::malloc(32 << 10);
+            again += u64::from(!p.is_null());
+        }
+        for p in small {
+            // SAFETY: ours (or null), from the loop above.
+            unsafe { warpalloc_device::free(p) };
+        }
+        // SAFETY: the host gave `out` three words.
+        unsafe {
+            out.write(u64::from(!large.is_null()));
+            out.add(1).write(u64::from(stayed));
+            out.add(2).write(again);
+        }
+    }
+}

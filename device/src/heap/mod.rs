@@ -561,6 +561,25 @@ impl DeviceHeap {
     /// non-power-of-two alignment, or no memory.
     #[inline(always)]
     pub fn allocate(&self, lane_mask: u32, bytes: u64, align: u64) -> *mut u8 {
+        self.allocate_as::<false>(lane_mask, bytes, align)
+    }
+
+    /// [`DeviceHeap::allocate`] for a shrink that keeps its block when this
+    /// returns null (`realloc`'s, C's and `WarpAlloc`'s): a large block is
+    /// asked of the provider without giving the classes' emptied slabs back
+    /// first (`give_back_empties`). A refusal costs such a shrink nothing,
+    /// and a flush of up to `GIVE_BACK` kept slabs to shrink a block that
+    /// then stayed put cost the classes their slabs (a review,
+    /// 2026-12-07). A null is counted as `allocate` counts it
+    /// (`forgive_null` takes it back).
+    #[inline(always)]
+    pub(crate) fn allocate_to_shrink(&self, lane_mask: u32, bytes: u64, align: u64) -> *mut u8 {
+        self.allocate_as::<true>(lane_mask, bytes, align)
+    }
+
+    /// `allocate`, and with `SHRINK` `allocate_to_shrink`.
+    #[inline(always)]
+    fn allocate_as<const SHRINK: bool>(&self, lane_mask: u32, bytes: u64, align: u64) -> *mut u8 {
         let bound = self.slot_count() != 0;
         let placement = if bound {
             place(bytes, align)
@@ -578,6 +597,9 @@ impl DeviceHeap {
                     // `align` is a power of two (`place` checked).
                     (block + align - 1) & !(align - 1)
                 }
+            }
+            Placement::Large { bytes, align } if SHRINK => {
+                self.allocate_large_keeping(bytes, align)
             }
             Placement::Large { bytes, align } => self.allocate_large(bytes, align),
             Placement::Invalid => return core::ptr::null_mut(),
@@ -605,8 +627,22 @@ impl DeviceHeap {
     #[cold]
     #[inline(never)]
     fn allocate_large(&self, bytes: u64, align: u64) -> u64 {
+        self.large_block(bytes, align, true)
+    }
+
+    /// [`DeviceHeap::allocate_large`] that gives no emptied slab back.
+    #[cold]
+    #[inline(never)]
+    fn allocate_large_keeping(&self, bytes: u64, align: u64) -> u64 {
+        self.large_block(bytes, align, false)
+    }
+
+    /// A large block from the provider (one lane); when it refuses and
+    /// `give_back`, the classes' emptied slabs go back to it first.
+    #[inline(always)]
+    fn large_block(&self, bytes: u64, align: u64, give_back: bool) -> u64 {
         let mut addr = self.system_allocate(bytes, align);
-        if addr == 0 && self.give_back_empties(bytes, align) != 0 {
+        if addr == 0 && give_back && self.give_back_empties(bytes, align) != 0 {
             // Memory pressure: the classes' emptied slabs went back to the
             // host, which may now have the run it lacked.
             addr = self.system_allocate(bytes, align);
