@@ -52,8 +52,8 @@ struct ScheduleArgs {
     /// too.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Simulator worker threads (default: the machine's cores).
-    #[arg(long)]
+    /// Simulator worker threads (default: the machine's cores; at least 1).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     workers: Option<usize>,
     /// Simulator convergence: `converged` warps (lockstep, like a GPU under
     /// a uniform load) or `random` subsets at every activemask.
@@ -155,8 +155,13 @@ enum Command {
     /// to use and large blocks it handed out for the kernel (0 means
     /// warpalloc served none of its allocations); `peak live` the most bytes
     /// the kernel's threads held at once; `peak mapped` the heap's most
-    /// mapped memory during the kernel; `÷` the two's ratio; `allocs/s`
-    /// allocations per second of the kernel's launch.
+    /// device memory mapped during the kernel; `÷` its most device and
+    /// host memory mapped at once (`--spill`) ÷ `peak live`; `allocs/s`
+    /// allocations per second of the kernel's launch (for `collections`,
+    /// threads: its counts are its threads'). `--iterations`,
+    /// `--max-size` and `--large-one-in` shape `churn`, `lifetimes` and
+    /// `fill`; `size_sweep` and `aligned` take large blocks whatever
+    /// `--large-one-in` says.
     Stress {
         /// Kernels to run (default: all), separated by commas or spaces.
         #[arg(long, num_args = 1.., value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(KERNELS))]
@@ -213,8 +218,8 @@ enum Command {
     /// `sim steps/rmw/sys` in the simulator, scheduling steps, atomic
     /// read-modify-writes and system-scope accesses per pair.
     Bench {
-        /// Request sizes (bytes), separated by commas or spaces.
-        #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [4u32, 64, 1024, 8192])]
+        /// Request sizes (bytes, at least 1), separated by commas or spaces.
+        #[arg(long, num_args = 1.., value_delimiter = ',', default_values_t = [4u32, 64, 1024, 8192], value_parser = clap::value_parser!(u32).range(1..))]
         sizes: Vec<u32>,
         /// Thread counts (default: a quarter of the device's resident
         /// threads, all of them, and four times as many), separated by
@@ -222,8 +227,8 @@ enum Command {
         /// simulator or the driver refuses, that case's row FAILED).
         #[arg(long, num_args = 1.., value_delimiter = ',', value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_THREADS)))]
         threads: Vec<u32>,
-        /// malloc+free rounds per thread.
-        #[arg(long, default_value_t = 4)]
+        /// malloc+free rounds per thread (at least 1).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: u32,
         /// Threads per block (1 to 1 024, CUDA's most).
         #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1024))]

@@ -1606,3 +1606,85 @@ fn stress_bad_input_counts_exactly_what_it_made_and_the_record_names_the_kernel(
     );
     assert_eq!(bad["problems"].as_array().map(Vec::len), Some(0), "{bad}");
 }
+
+/// A stress run whose every kernel was skipped stressed nothing: it fails,
+/// saying so (it said "OK" and exited 0).
+#[test]
+fn stress_with_every_kernel_skipped_fails() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "collections",
+        "--limit",
+        "64MiB",
+    ]);
+    assert!(!ok && text.contains("no kernel ran"), "{text}");
+}
+
+/// A planted corruption that the run did not find fails it, saying why:
+/// one block in N is planted at random, so a large N may plant none.
+#[test]
+fn a_planted_corruption_never_found_fails_the_run() {
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "stress",
+        "--kernels",
+        "lifetimes",
+        "--blocks",
+        "1",
+        "--threads",
+        "32",
+        "--plant-corruption",
+        "4000000000",
+    ]);
+    assert!(!ok && text.contains("no corrupt block found"), "{text}");
+}
+
+/// Arguments that can only give an empty or wrong report are refused
+/// before anything runs: no rounds, a size of 0, no simulator worker, a
+/// demo past its 32-bit tickets.
+#[test]
+fn arguments_that_measure_nothing_are_refused() {
+    for args in [
+        &["--simulator", "bench", "--rounds", "0"][..],
+        &["--simulator", "bench", "--sizes", "0"],
+        &["--simulator", "demo", "--workers", "0"],
+    ] {
+        let (ok, text) = warpalloc(args);
+        assert!(!ok && text.contains("invalid value"), "{args:?}: {text}");
+    }
+    let (ok, text) = warpalloc(&[
+        "--simulator",
+        "demo",
+        "--blocks",
+        "4194304",
+        "--threads",
+        "1024",
+    ]);
+    assert!(!ok && text.contains("32-bit tickets"), "{text}");
+}
+
+/// The mixed row's note counts the kernel's own atomics as the kernel makes
+/// them: four a thread, once (`mixed_pairs`), so 1.0 a pair at 4 rounds.
+#[test]
+fn the_mixed_rows_note_counts_the_kernels_own_atomics() {
+    let report = warpalloc_json(&[
+        "--simulator",
+        "bench",
+        "--json",
+        "--cases",
+        "mixed",
+        "--threads",
+        "256",
+        "--workers",
+        "1",
+    ]);
+    let rows = report["rows"].as_array().expect("rows");
+    let note = rows
+        .iter()
+        .find(|r| r["case"].as_str().is_some_and(|c| c.starts_with("mixed")))
+        .and_then(|r| r["note"].as_str())
+        .unwrap_or_else(|| panic!("no mixed row: {report}"));
+    assert!(note.contains("counters: 1.0/pair"), "{note}");
+}

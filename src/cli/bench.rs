@@ -169,7 +169,9 @@ impl EventCounts {
     /// contention test counts its one-size launches, whose warps allocate
     /// together.
     fn per_warp_pair(&self) -> RowEvents {
-        self.per("warp-pair", self.pairs / 32)
+        // A partial warp counts as one (`pairs / 32` printed totals as
+        // "per warp-pair of 0" under 32 pairs; a review, 2026-12-07).
+        self.per("warp-pair", self.pairs.div_ceil(32))
     }
 
     /// Per group the frees made (a warp's lanes freeing into one slab:
@@ -373,7 +375,9 @@ fn one_launch<K: Kernel>(
         _ => None,
     };
     if s.corrupt != 0 {
-        return Err(HostError::InvalidPtx(format!(
+        // A failed check of the allocator's results, not the build's
+        // (these read "invalid PTX" until 2026-12-07; a review).
+        return Err(HostError::HeapCorrupt(format!(
             "{what}: {} corrupt blocks",
             s.corrupt
         )));
@@ -610,12 +614,13 @@ fn footprint_case(on: On, threads: u32, block: u32, size: u32) -> Result<Row, Ho
     )?;
     let st = heap.stats()?;
     if st.live.live_allocations() != 0 {
-        return Err(HostError::InvalidPtx(format!(
+        return Err(HostError::HeapCorrupt(format!(
             "footprint: {} allocations live after the frees",
             st.live.live_allocations()
         )));
     }
-    let requested = u64::from(n) * u64::from(size);
+    // What the threads got: a null requested nothing that was mapped.
+    let requested = (u64::from(n) - nulls) * u64::from(size);
     Ok(Row {
         case: "footprint".into(),
         mode: mode_name(heap.mode()),
@@ -627,7 +632,8 @@ fn footprint_case(on: On, threads: u32, block: u32, size: u32) -> Result<Row, Ho
         timed_by: Some(filled.clock().name()),
         nulls,
         peak_mapped_bytes: st.region.peak_mapped_bytes,
-        mapped_per_requested: Some(st.region.peak_mapped_bytes as f64 / requested as f64),
+        mapped_per_requested: (requested > 0)
+            .then(|| st.region.peak_backed_bytes as f64 / requested as f64),
         sim_steps_per_pair: None,
         sim_rmws_per_pair: None,
         sim_loads_per_pair: None,
@@ -716,10 +722,12 @@ fn mixed_case(on: On, threads: u32, block: u32, rounds: u32) -> Result<Row, Host
         sim_sys_per_pair: per.sys,
         sim_cycles_per_pair: per.cycles,
         events: per.events.map(|e| e.per_free_group()),
-        // Three counters per pair: allocations, bytes, frees.
+        // `mixed_pairs` counts once a thread, at its end: four atomics
+        // (`count_rounds`), 4 ÷ rounds a pair (it said 3 a pair, which
+        // was `lifetimes`'; a review, 2026-12-07).
         note: join_notes(
             "pattern written and checked per block",
-            &kernel_rmws_note(per.rmws, 3.0),
+            &kernel_rmws_note(per.rmws, 4.0 / f64::from(rounds.max(1))),
         ),
         error: None,
         snapshot: None,
@@ -789,7 +797,9 @@ fn fill_case(
     let s = read_stats(&heap, &stats)?;
     let st = heap.stats()?;
     if s.corrupt != 0 || s.allocs != s.frees {
-        return Err(HostError::InvalidPtx(format!("fill: {s:?}")));
+        return Err(HostError::HeapCorrupt(format!(
+            "fill: blocks corrupt, or allocations and frees apart: {s:?}"
+        )));
     }
     let oom = limit.is_some();
     let snapshot = heap
@@ -808,8 +818,10 @@ fn fill_case(
         timed_by: Some(filled.clock().name()),
         nulls: s.nulls,
         peak_mapped_bytes: st.region.peak_mapped_bytes,
+        // Device and host memory together: with spill, the device's alone
+        // put the ratio below 1 (a review, 2026-12-07).
         mapped_per_requested: (requested > 0)
-            .then(|| st.region.peak_mapped_bytes as f64 / requested as f64),
+            .then(|| st.region.peak_backed_bytes as f64 / requested as f64),
         sim_steps_per_pair: None,
         sim_rmws_per_pair: None,
         sim_loads_per_pair: None,

@@ -48,7 +48,11 @@ impl Schedule {
     /// This schedule and the process's command line, for a report.
     pub fn settings(&self) -> Settings {
         Settings {
-            command_line: std::env::args().collect(),
+            // `args_os`: `args` panics on an argument that is not UTF-8
+            // (a `--plot` path, say), after the whole run.
+            command_line: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
             seed: self.seed,
             simulator_workers: self.workers,
             simulator_convergence: match self.convergence {

@@ -23,6 +23,15 @@ pub fn demo(
     schedule.apply(launcher.simulator_config());
     let (seed, workers) = (schedule.seed, schedule.workers.max(1));
     let total = u64::from(blocks) * u64::from(threads);
+    // The kernel's tickets and counter are 32-bit: past 2^32 threads they
+    // wrap, and a correct run read "WRONG" (a review, 2026-12-07).
+    if total > u64::from(u32::MAX) {
+        eprintln!(
+            "warpalloc: demo: {blocks} × {threads} threads: at most {} (32-bit tickets)",
+            u32::MAX
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     let Ok(total_words) = usize::try_from(total) else {
         eprintln!("warpalloc: {blocks} × {threads} threads do not fit this machine's memory");
         return Ok(ExitCode::FAILURE);

@@ -81,6 +81,11 @@ pub struct KernelReport {
     pub peak_live_bytes: u64,
     /// The heap's peak mapped memory during the kernel.
     pub peak_mapped_bytes: u64,
+    /// The heap's peak of device and host memory mapped at once during
+    /// the kernel: `peak_mapped_bytes` with `--spill`'s host memory (what
+    /// `÷` divides by the live peak; device memory alone made it read
+    /// below 1 once spilled — a review, 2026-12-07).
+    pub peak_backed_bytes: u64,
     pub seconds: f64,
     pub ops_per_second: f64,
     /// In pool mode, the classes whose mallocs got null during the kernel,
@@ -311,11 +316,23 @@ fn run_lifetimes(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> 
             corrupt_one_in: a.plant_corruption,
         },
     )?;
-    Ok(outcome(
+    let mut o = outcome(
         read_stats(heap, &stats)?,
         u64::from(a.blocks * a.threads),
         elapsed,
-    ))
+    );
+    // Planting, a run that found nothing did not show what was asked: it
+    // fails, saying why (one block in N is planted at random, so an N near
+    // the allocations may plant none; it passed before — a review,
+    // 2026-12-07).
+    if a.plant_corruption != 0 && o.stats.corrupt == 0 {
+        o.problems.push(format!(
+            "--plant-corruption {}: no corrupt block found in {} allocations (one in {} \
+             is planted at random: none may have been)",
+            a.plant_corruption, o.stats.allocs, a.plant_corruption
+        ));
+    }
+    Ok(o)
 }
 
 fn run_collections(heap: &mut Heap, a: &StressArgs) -> Result<Outcome, HostError> {
@@ -456,14 +473,18 @@ pub fn stress(
     let (mut run_peak, mut run_peak_in_use) = (0u64, 0u64);
     for name in &a.kernels {
         bar.set_message(name.clone());
-        if name == "collections" && a.capped {
+        // Under any limit: with `--spill` too, whose host memory may be
+        // refused (`spill_floor`), and then an infallible allocation
+        // ends the process with no report (a review, 2026-12-07).
+        if name == "collections" && (a.capped || a.limit.is_some()) {
             // Infallible collections end the program when an allocation
             // fails (Rust's `handle_alloc_error`: the process aborts in the
             // simulator, the kernel traps on a GPU): under a cap they would.
             skipped.push(
                 "collections: its Vec, Box and String allocate infallibly, and a failed \
                  infallible allocation ends the program (a trap on the GPU, an abort here); \
-                 not run under --limit or --pool-slabs"
+                 not run under --limit (with or without --spill) or --pool-slabs without \
+                 --pool-fallback"
                     .to_string(),
             );
             bar.inc(1);
@@ -526,6 +547,7 @@ pub fn stress(
         let traffic = after.traffic.since(&before.traffic).served();
         let peak_mapped_bytes = after.region.peak_mapped_bytes;
         let peak_spilled_bytes = after.spill.peak_bytes;
+        let peak_backed_bytes = after.region.peak_backed_bytes;
         run_peak = run_peak.max(after.region.peak_mapped_bytes);
         run_peak_in_use = run_peak_in_use.max(after.region.peak_in_use_bytes);
         let (before, live_after, after) =
@@ -549,6 +571,7 @@ pub fn stress(
             pool_shortfall,
             out_of_memory,
             peak_spilled_bytes,
+            peak_backed_bytes,
             ops_per_second: if o.elapsed.is_zero() {
                 0.0
             } else {
@@ -671,6 +694,15 @@ pub fn stress(
             bytes(pooled)
         ));
     }
+    // A run whose kernels were all skipped stressed nothing: no pass
+    // (`--kernels collections --limit 64MiB` said "OK"; a review,
+    // 2026-12-07).
+    if kernels.is_empty() {
+        problems.push(format!(
+            "no kernel ran: every kernel asked for was skipped ({})",
+            skipped.len()
+        ));
+    }
     let ok = problems.is_empty() && kernels.iter().all(|k| k.problems.is_empty());
     Ok(StressReport {
         target: target_name(heap),
@@ -727,7 +759,7 @@ pub fn print(report: &StressReport) {
             } else {
                 format!(
                     "{:.2}",
-                    k.peak_mapped_bytes as f64 / k.peak_live_bytes as f64
+                    k.peak_backed_bytes as f64 / k.peak_live_bytes as f64
                 )
             },
             k.seconds * 1e3,

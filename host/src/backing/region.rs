@@ -136,6 +136,9 @@ pub struct RegionStats {
     pub spilled_bytes: u64,
     /// The most ever spilled.
     pub peak_spilled_bytes: u64,
+    /// The most device and host memory ever mapped at once (mapped and
+    /// spilled together: the two peaks apart need not be one moment's).
+    pub peak_backed_bytes: u64,
     /// Spills refused because the host would have kept less free memory
     /// than `spill_floor` (the request then got the device's refusal).
     pub spills_refused: u64,
@@ -884,6 +887,10 @@ impl<B: Backing> Region<B> {
                 self.stats.peak_mapped_bytes =
                     self.stats.peak_mapped_bytes.max(self.stats.mapped_bytes);
             }
+            self.stats.peak_backed_bytes = self
+                .stats
+                .peak_backed_bytes
+                .max(self.stats.mapped_bytes + self.stats.spilled_bytes);
         }
         for i in start..start + n {
             self.states[i] = State::Used;
@@ -936,6 +943,7 @@ impl<B: Backing> Region<B> {
     pub fn reset_peaks(&mut self) {
         self.stats.peak_mapped_bytes = self.stats.mapped_bytes;
         self.stats.peak_spilled_bytes = self.stats.spilled_bytes;
+        self.stats.peak_backed_bytes = self.stats.mapped_bytes + self.stats.spilled_bytes;
         self.stats.peak_in_use_bytes = self.stats.in_use_bytes;
     }
 
