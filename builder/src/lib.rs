@@ -639,6 +639,11 @@ impl PtxBuilder {
                 diagnostics,
             });
         }
+        // A build script's `cargo:warning` lines: cargo prints them to
+        // stderr (for path dependencies, and again on a fresh build), and
+        // the JSON messages carry none; they were dropped until 2026-12-07
+        // (a review).
+        warnings.extend(build_script_warnings(&String::from_utf8_lossy(&out.stderr)));
         let kernel = artifacts
             .iter()
             .position(|a| a.manifest == manifest)
@@ -985,8 +990,30 @@ fn run(cmd: &mut Command) -> Result<(), BuildError> {
     toolchain::capture(cmd).map(drop)
 }
 
+/// The `cargo:warning` lines of build scripts in cargo's stderr: cargo
+/// writes each as `warning: <package>@<version>: <text>` (its own
+/// warnings name no package).
+fn build_script_warnings(stderr: &str) -> impl Iterator<Item = String> + '_ {
+    stderr.lines().filter_map(|line| {
+        let (who, _) = line.strip_prefix("warning: ")?.split_once(": ")?;
+        (who.contains('@') && !who.contains(' ')).then(|| line.to_owned())
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    use super::build_script_warnings;
+
+    #[test]
+    fn build_script_warnings_are_cargos_package_lines() {
+        let stderr = "   Compiling dep v0.1.0 (/x/dep)\n\
+                      warning: dep@0.1.0: hello from its build script\n\
+                      warning: unused manifest key: package.foo\n\
+                      warning: profiles for the non root package will be ignored\n";
+        let got: Vec<String> = build_script_warnings(stderr).collect();
+        assert_eq!(got, ["warning: dep@0.1.0: hello from its build script"]);
+    }
+
     use super::*;
 
     #[test]

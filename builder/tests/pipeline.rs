@@ -48,6 +48,14 @@ fn builds_links_and_assembles() {
     assert!(out.functions.is_empty(), "{:?}", out.functions);
 
     assert!(ptx.contains("vote.sync.ballot"), "{ptx}");
+    // A dependency's build script's `cargo:warning`, passed on.
+    assert!(
+        out.warnings
+            .iter()
+            .any(|w| w.contains("fixture-dev@0.1.0: the fixture's build script ran")),
+        "{:#?}",
+        out.warnings
+    );
     // Internalized and dropped: the unused helper, core, the allocator shim.
     assert!(!ptx.contains("unused_helper"), "{ptx}");
     assert!(!ptx.contains(".extern"), "{ptx}");
