@@ -247,6 +247,12 @@ pub struct PtxOutput {
     pub dependencies: Vec<PathBuf>,
     /// The compiler's warnings for the kernel crates, rendered.
     pub warnings: Vec<String>,
+    /// The environment variables the kernel crates read at compile time
+    /// (`env!`, `option_env!`: rustc's `# env-dep` lines), but cargo's own
+    /// `CARGO_*`; what was printed as `cargo:rerun-if-env-changed`, so that
+    /// a change of one builds the PTX again (it did not until 2026-12-07;
+    /// a review).
+    pub env_dependencies: Vec<String>,
 }
 
 /// Builds a kernel crate to PTX. See the [crate docs](crate).
@@ -476,11 +482,15 @@ impl PtxBuilder {
         write_if_changed(&out_file, &ptx)?;
 
         let dependencies = self.dependencies(&tc, &built, &manifest, &target_dir)?;
+        let env_dependencies = env_dependencies(&built);
         let syms = symbols(&ptx);
         if directives {
             println!("cargo:rerun-if-env-changed={TARGET_DIR_ENV}");
             for d in &dependencies {
                 println!("cargo:rerun-if-changed={}", d.display());
+            }
+            for name in &env_dependencies {
+                println!("cargo:rerun-if-env-changed={name}");
             }
             for w in &built.warnings {
                 for line in w.lines().filter(|l| !l.trim().is_empty()) {
@@ -496,6 +506,7 @@ impl PtxBuilder {
             functions: syms.functions,
             dependencies,
             warnings: built.warnings,
+            env_dependencies,
         })
     }
 
@@ -742,6 +753,11 @@ struct Artifact {
     manifest: PathBuf,
     rlib: PathBuf,
     sysroot: bool,
+    /// rustc's own dep-info file (`deps/<name>-<hash>.d`, beside the
+    /// `deps/lib<name>-<hash>.rmeta` cargo names), which lists the
+    /// environment variables read (`# env-dep:`); cargo's (`lib<name>.d`)
+    /// does not.
+    rustc_dep_info: Option<PathBuf>,
 }
 
 impl Artifact {
@@ -767,12 +783,22 @@ impl Artifact {
             .components()
             .any(|c| c.as_os_str() == TARGET);
         let manifest = canonical(Path::new(msg["manifest_path"].as_str()?));
+        let rustc_dep_info = msg["filenames"]
+            .as_array()?
+            .iter()
+            .filter_map(|f| f.as_str().map(Path::new))
+            .filter(|f| f.parent().is_some_and(|d| d.ends_with("deps")))
+            .find_map(|f| {
+                let stem = f.file_stem()?.to_str()?.strip_prefix("lib")?;
+                Some(f.with_file_name(format!("{stem}.d")))
+            });
         Some(Artifact {
             name: msg["target"]["name"].as_str()?.replace('-', "_"),
             host,
             sysroot: manifest.starts_with(sysroot),
             manifest,
             rlib: PathBuf::from(rlib),
+            rustc_dep_info,
         })
     }
 }
@@ -990,6 +1016,32 @@ fn run(cmd: &mut Command) -> Result<(), BuildError> {
     toolchain::capture(cmd).map(drop)
 }
 
+/// The environment variables that the kernel crate and its GPU
+/// dependencies (not the sysroot's) read at compile time, from rustc's
+/// dep-info (`# env-dep:NAME` or `# env-dep:NAME=value`), sorted, without
+/// cargo's own `CARGO_*` (set per package by the nested cargo itself).
+fn env_dependencies(built: &Built) -> Vec<String> {
+    let mut names: Vec<String> = std::iter::once(&built.kernel)
+        .chain(&built.deps)
+        .filter(|a| !a.sysroot)
+        .filter_map(|a| std::fs::read_to_string(a.rustc_dep_info.as_ref()?).ok())
+        .flat_map(|text| env_deps_of(&text))
+        .filter(|name| !name.starts_with("CARGO_"))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The names of a dep-info text's `# env-dep:` lines.
+fn env_deps_of(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# env-dep:"))
+        .map(|rest| rest.split('=').next().unwrap_or(rest).to_owned())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
 /// The `cargo:warning` lines of build scripts in cargo's stderr: cargo
 /// writes each as `warning: <package>@<version>: <text>` (its own
 /// warnings name no package).
@@ -1002,6 +1054,14 @@ fn build_script_warnings(stderr: &str) -> impl Iterator<Item = String> + '_ {
 
 #[cfg(test)]
 mod tests {
+    use super::env_deps_of;
+
+    #[test]
+    fn env_deps_are_rustcs_comment_lines() {
+        let text = "x.d: src/lib.rs\n\nsrc/lib.rs:\n\n# env-dep:WARPALLOC_X\n# env-dep:CARGO_PKG_NAME=kern\n";
+        assert_eq!(env_deps_of(text), ["WARPALLOC_X", "CARGO_PKG_NAME"]);
+    }
+
     use super::build_script_warnings;
 
     #[test]

@@ -48,6 +48,8 @@ fn builds_links_and_assembles() {
     assert!(out.functions.is_empty(), "{:?}", out.functions);
 
     assert!(ptx.contains("vote.sync.ballot"), "{ptx}");
+    // What the kernel crate reads with `option_env!`, watched.
+    assert_eq!(out.env_dependencies, ["WARPALLOC_FIXTURE_EXTRA"]);
     // A dependency's build script's `cargo:warning`, passed on.
     assert!(
         out.warnings
