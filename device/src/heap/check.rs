@@ -10,6 +10,7 @@ use super::DeviceHeap;
 use crate::granule::Granule;
 use crate::size_class::{CLASS_COUNT, Geometry, HEADER_BYTES, SLAB_SHIFT, class_index};
 use crate::slab::{Header, MAGIC, valid_bits};
+use crate::sync::Ordering;
 
 /// Where slab memory is read from.
 pub trait SlabMemory {
@@ -119,6 +120,18 @@ impl DeviceHeap {
     /// Checks the invariants of a quiescent heap (no kernel running),
     /// reading slabs through `mem`; returns the first violation.
     pub fn check(&self, mem: &dyn SlabMemory) -> Result<(), &'static str> {
+        // A mark is a generation plus one: odd, never 0 ("no mark").
+        if !self
+            .memory_generation
+            .load(Ordering::Relaxed)
+            .is_multiple_of(2)
+        {
+            return Err("the memory generation is odd");
+        }
+        let mark = self.exhausted.load(Ordering::Relaxed);
+        if mark != 0 && mark.is_multiple_of(2) {
+            return Err("the exhausted mark is even and not 0");
+        }
         for (index, slab) in self.published() {
             // Slab memory is read only at addresses inside the region.
             let Some(granule) = self.granule_of(slab) else {

@@ -264,7 +264,13 @@ pub struct DeviceHeap {
     /// (`search.rs`), so an out-of-memory malloc costs about what a
     /// successful one does.
     exhausted: AtomicU32,
-    /// Bumped whenever memory comes back.
+    /// Bumped by 2 whenever memory comes back: even, so that a mark
+    /// (`exhausted`: a generation plus one) is odd and never 0, "no mark".
+    /// Bumped by 1, a refusal in generation `u32::MAX` marked 0 and the
+    /// heap never counted as exhausted in it (a review, 2026-12-07).
+    ///
+    /// Invariant: `memory_generation % 2 == 0`; `exhausted == 0 ||
+    /// exhausted % 2 == 1`.
     memory_generation: AtomicU32,
 }
 
@@ -418,7 +424,7 @@ impl DeviceHeap {
         // happen-before a request of a lane that reads the new generation;
         // pairs with the acquire load in `memory_generation`.
         fence(Ordering::Release, Scope::Gpu);
-        self.memory_generation.fetch_add(1);
+        self.memory_generation.fetch_add(2);
     }
 
     // ----------------------------------------------------------------------
@@ -688,6 +694,11 @@ impl DeviceHeap {
     /// the refusal and its advice).
     #[cold]
     fn give_back_empties(&self, bytes: u64, align: u64) -> u32 {
+        // With no mailbox nothing reaches the provider: the slabs taken
+        // would be lost, not given back (a review, 2026-12-07).
+        if self.mailbox.client().is_none() {
+            return 0;
+        }
         let (base, len) = self.region();
         // The region's first place at `align` (a power of two), and whether
         // the block ends inside the region from there.
@@ -1218,18 +1229,21 @@ mod tests {
     }
 
     /// Newer is by wrapping distance: a refusal made after the generation
-    /// wrapped past `u32::MAX` marks over one made before.
+    /// wrapped past `u32::MAX` marks over one made before; and a refusal
+    /// in each generation near the wrap marks (in the last one it marked
+    /// 0, "no mark", while the generation went up by 1).
     #[test]
     fn a_refusal_after_the_generation_wraps_marks() {
         let heap = zeroed();
         heap.memory_generation
-            .store(u32::MAX - 1, Ordering::Relaxed);
-        heap.refused(u32::MAX - 1);
-        assert!(heap.is_exhausted());
-        heap.memory_returned();
-        heap.memory_returned();
-        assert_eq!(heap.memory_generation(), 0);
-        heap.refused(0);
-        assert!(heap.is_exhausted());
+            .store(u32::MAX - 3, Ordering::Relaxed);
+        for _ in 0..4 {
+            let generation = heap.memory_generation();
+            heap.refused(generation);
+            assert!(heap.is_exhausted(), "generation {generation:#x}");
+            heap.memory_returned();
+            assert!(!heap.is_exhausted(), "generation {generation:#x} + 1");
+        }
+        assert_eq!(heap.memory_generation(), 4);
     }
 }
