@@ -1688,3 +1688,22 @@ fn the_mixed_rows_note_counts_the_kernels_own_atomics() {
         .unwrap_or_else(|| panic!("no mixed row: {report}"));
     assert!(note.contains("counters: 1.0/pair"), "{note}");
 }
+
+/// The GPU check's script parses: a syntax error there would end the
+/// scarce GPU run at once, and no other test runs it.
+#[test]
+fn the_gpu_check_script_parses() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/device-check/run.sh");
+    let out = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
