@@ -1391,3 +1391,49 @@ fn a_module_or_a_buffer_of_another_device_is_refused() {
     );
     assert_eq!(theirs.read(&buffer).expect("its own launcher"), [0; 4]);
 }
+
+/// A launch after one that failed amid growth runs to its end: the failed
+/// launch's lanes, stopped anywhere in the allocator, can leave a slot
+/// being created and ports locked, and `Heap::launch` gives those up. On
+/// 2026-12-07, before that repair, one seed in sixteen of this sequence
+/// (64 blocks of 256 threads) ran its second launch until the watchdog,
+/// its lanes polling the creation for ever. The repair's own test:
+/// `creations_left_by_a_failed_launch_are_given_up` (device crate).
+#[test]
+fn a_launch_after_a_failed_one_is_not_stuck_on_its_creations() {
+    use warpalloc_kernels_tests::collections::panic_amid_growth;
+    use warpalloc_kernels_tests::stress::alloc_free;
+    for seed in 0..16u64 {
+        let mut heap = heap_with(HeapConfig::default());
+        let mut cfg = LaunchConfig::linear(64, 256);
+        cfg.seed = seed;
+        *heap.launcher_mut().expect("a launcher").simulator_config() = cfg.clone();
+        // SAFETY: the kernel takes no pointer.
+        let failed = unsafe {
+            heap.launch(
+                cfg.grid_dim,
+                cfg.block_dim,
+                panic_amid_growth::Args {
+                    rounds: 8,
+                    after: (seed % 3) as u32,
+                },
+            )
+        };
+        let why = failed.expect_err("a lane panicked").to_string();
+        assert!(why.contains("a planted panic amid growth"), "{why}");
+        let stats_buf = buffer::<u64>(&heap, STATS_WORDS);
+        cfg.watchdog = std::time::Duration::from_secs(120);
+        let again = run(
+            &mut heap,
+            &cfg,
+            alloc_free::Args {
+                stats: stats_buf.kernel_ptr(),
+                size: 1024 * (1 + (seed % 8) as u32),
+                rounds: 4,
+            },
+        );
+        assert!(again.is_some(), "seed {seed}");
+        let s = stats(&heap, &stats_buf);
+        assert_eq!(s.allocs, 64 * 256 * 4, "seed {seed}: {s:?}");
+    }
+}

@@ -1115,10 +1115,45 @@ impl Heap {
         self.forget_refusal()?;
         server::wake();
         // SAFETY: forwarded from the caller.
-        let report = unsafe { launcher.launch(grid, block, args) }?;
+        let report = match unsafe { launcher.launch(grid, block, args) } {
+            Ok(report) => report,
+            Err(e) => {
+                // The launch's error is what the caller needs; a repair
+                // that fails too (a GPU context lost with the kernel) has
+                // nothing to add to it.
+                let _ = self.recover_from_failed_launch();
+                return Err(e);
+            }
+        };
         self.wait_for_server()?;
         self.observe_out_of_memory()?;
         Ok(report)
+    }
+
+    /// After a launch that failed (a lane's panic, the simulator's
+    /// watchdog): lanes stopped anywhere in the allocator may have left a
+    /// slot being created, on which the next launch's searches waited for
+    /// ever, and mailbox ports locked, which no lane will unlock. Gives up
+    /// those creations (`DeviceHeap::abandon_creations`) and unlocks the
+    /// ports, once the server has taken what the stopped lanes sent.
+    /// What they held stays held: a leak, reported by [`Heap::check`], in
+    /// place of a hang (reproduced on 2026-12-07: a launch after a panic
+    /// amid growth ran until its watchdog). Returns the creations given up
+    /// and the ports unlocked.
+    fn recover_from_failed_launch(&self) -> Result<(u32, u32), HostError> {
+        self.quiesce()?;
+        let copy = self.read_device_heap()?;
+        let abandoned = copy.abandon_creations();
+        let locked = copy.mailbox().locked();
+        if locked != 0 {
+            // Bound again as it was: every port unlocked.
+            let (ports, count) = copy.mailbox().ports();
+            copy.mailbox().bind(ports, count);
+        }
+        if abandoned != 0 || locked != 0 {
+            self.write_device_heap(&copy)?;
+        }
+        Ok((abandoned, locked))
     }
 
     /// Clears the device's record of a refused slab when the host's last

@@ -194,3 +194,22 @@ kernel! {
         }
     }
 }
+
+kernel! {
+    /// Every lane takes and frees blocks of 1 to 8 KiB, `rounds` times, on
+    /// a heap that grows while they run; thread 0 panics after its
+    /// `after`th block: the launch fails with lanes anywhere in the
+    /// allocator, a slab's creation among them.
+    pub fn panic_amid_growth(rounds: u32, after: u32) {
+        let me = simt::global_thread_id() as u32;
+        for r in 0..rounds {
+            let size = 1024 * (1 + ((me + r) % 8) as usize);
+            let p = warpalloc_device::malloc(size);
+            if me == 0 && r == after {
+                panic!("a planted panic amid growth");
+            }
+            // SAFETY: ours (or null).
+            unsafe { warpalloc_device::free(p) };
+        }
+    }
+}

@@ -983,6 +983,26 @@ impl DeviceHeap {
         self.pool.len()
     }
 
+    /// Gives up every slot left being created (host side, no kernel
+    /// running): a launch that failed (a lane's panic, the simulator's
+    /// watchdog) can stop a lane between its claim and its publish, and
+    /// the next launch's searches that met the slot waited on it for ever
+    /// (a review, 2026-12-07; reproduced: a launch after a panic amid
+    /// growth, stopped by its watchdog). The slab the creation was making
+    /// is not returned (its memory stays mapped until the heap is
+    /// dropped): a leak in place of a hang. Returns how many.
+    pub fn abandon_creations(&self) -> u32 {
+        let mut n = 0;
+        for index in 0..self.slot_count().min(MAX_SLOTS as u32) {
+            let guard = self.slot(index);
+            if guard.is_creating() {
+                guard.abandon();
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Takes over the empty published slabs (host side, no kernel
     /// running: a trim) but `keep` of each class, handing each it takes to
     /// `f`: the granule table forgets it, its slot is emptied and unmarked.
@@ -1205,6 +1225,20 @@ mod tests {
         // SAFETY: every field of `DeviceHeap` is atomics and arrays of
         // them, for which all-zero bytes are a valid value.
         unsafe { Box::<DeviceHeap>::new_zeroed().assume_init() }
+    }
+
+    /// A slot left being created (a claim whose lane a failed launch
+    /// stopped) is given up, and only such slots: the next claim of it
+    /// succeeds.
+    #[test]
+    fn creations_left_by_a_failed_launch_are_given_up() {
+        let heap = zeroed();
+        heap.config.slot_count.store(8, Ordering::Relaxed);
+        assert!(heap.slot(3).claim(0) && heap.slot(5).claim(7));
+        assert_eq!(heap.abandon_creations(), 2);
+        assert!(!heap.slot(3).is_creating() && !heap.slot(5).is_creating());
+        assert_eq!(heap.abandon_creations(), 0);
+        assert!(heap.slot(3).claim(0), "the slot is empty again");
     }
 
     /// A refusal answered after a newer one keeps the heap exhausted: lane
