@@ -1401,6 +1401,7 @@ fn a_module_or_a_buffer_of_another_device_is_refused() {
 /// `creations_left_by_a_failed_launch_are_given_up` (device crate).
 #[test]
 fn a_launch_after_a_failed_one_is_not_stuck_on_its_creations() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
     use warpalloc_kernels_tests::collections::panic_amid_growth;
     use warpalloc_kernels_tests::stress::alloc_free;
     for seed in 0..16u64 {
