@@ -1031,19 +1031,26 @@ mod tests {
     use super::*;
     use crate::backing::HostEmulated;
 
+    /// A region of `reserve` granules on an emulated device of `device`
+    /// granules, with `limit`.
+    fn emulated(device: u64, reserve: u64, limit: Option<u64>) -> Region<HostEmulated> {
+        let backing = HostEmulated::new(device * GRANULE).expect("emulated device");
+        Region::new(
+            backing,
+            RegionConfig {
+                reserve: Some(reserve * GRANULE),
+                limit,
+                ..RegionConfig::default()
+            },
+        )
+        .expect("region")
+    }
+
     /// A region of `states.len()` granules in the given states, `Retired`
     /// ones pointing at the owners `owners` names (`(retired, owner)`).
     fn crafted(states: &[State], owners: &[(usize, usize)]) -> Region<HostEmulated> {
         let granules = states.len() as u64;
-        let backing = HostEmulated::new(granules * GRANULE).expect("emulated device");
-        let mut r = Region::new(
-            backing,
-            RegionConfig {
-                reserve: Some(granules * GRANULE),
-                ..RegionConfig::default()
-            },
-        )
-        .expect("region");
+        let mut r = emulated(granules, granules, None);
         r.states = states.to_vec();
         for g in (0..states.len()).filter(|&g| states[g] == State::Free) {
             r.free_granules.insert(g);
@@ -1060,16 +1067,7 @@ mod tests {
     /// address space, at the limit too (it was `Limit` there).
     #[test]
     fn an_alignment_the_region_cannot_meet_is_no_address_space() {
-        let backing = HostEmulated::new(64 * GRANULE).expect("emulated device");
-        let mut r = Region::new(
-            backing,
-            RegionConfig {
-                reserve: Some(8 * GRANULE),
-                limit: Some(GRANULE),
-                ..RegionConfig::default()
-            },
-        )
-        .expect("region");
+        let mut r = emulated(64, 8, Some(GRANULE));
         r.allocate(GRANULE, GRANULE)
             .expect("one granule, the limit");
         assert_eq!(r.allocate(GRANULE, 1 << 62), Err(Refusal::NoAddressSpace));
@@ -1082,15 +1080,7 @@ mod tests {
     /// granule (mapped still), nor a granule inside a run.
     #[test]
     fn is_run_names_live_runs_alone() {
-        let backing = HostEmulated::new(8 * GRANULE).expect("emulated device");
-        let mut r = Region::new(
-            backing,
-            RegionConfig {
-                reserve: Some(8 * GRANULE),
-                ..RegionConfig::default()
-            },
-        )
-        .expect("region");
+        let mut r = emulated(8, 8, None);
         let one = r.allocate(GRANULE, GRANULE).expect("a granule");
         let two = r.allocate(2 * GRANULE, GRANULE).expect("a run of two");
         assert!(r.is_run(one, GRANULE) && r.is_run(two, 2 * GRANULE));
@@ -1104,15 +1094,7 @@ mod tests {
     /// unmapped first: no spare left holding device memory.
     #[test]
     fn a_refused_trim_releases_what_it_unmapped() {
-        let backing = HostEmulated::new(8 * GRANULE).expect("emulated device");
-        let mut r = Region::new(
-            backing,
-            RegionConfig {
-                reserve: Some(8 * GRANULE),
-                ..RegionConfig::default()
-            },
-        )
-        .expect("region");
+        let mut r = emulated(8, 8, None);
         let blocks: Vec<u64> = (0..3)
             .map(|_| r.allocate(GRANULE, GRANULE).expect("a granule"))
             .collect();
