@@ -1138,9 +1138,8 @@ impl Heap {
     /// ports, once the server has taken what the stopped lanes sent.
     /// What they held stays held: a leak, reported by [`Heap::check`], in
     /// place of a hang (reproduced on 2026-12-07: a launch after a panic
-    /// amid growth ran until its watchdog). Returns the creations given up
-    /// and the ports unlocked.
-    fn recover_from_failed_launch(&self) -> Result<(u32, u32), HostError> {
+    /// amid growth ran until its watchdog).
+    fn recover_from_failed_launch(&self) -> Result<(), HostError> {
         self.quiesce()?;
         let copy = self.read_device_heap()?;
         let abandoned = copy.abandon_creations();
@@ -1153,7 +1152,7 @@ impl Heap {
         if abandoned != 0 || locked != 0 {
             self.write_device_heap(&copy)?;
         }
-        Ok((abandoned, locked))
+        Ok(())
     }
 
     /// Clears the device's record of a refused slab when the host's last
