@@ -168,12 +168,17 @@ impl Steps {
     }
 }
 
+/// The README's test command. Every cargo build in it is `--locked` (and
+/// so is the `xtask` alias): CI builds the committed lockfiles, and a
+/// manifest change that leaves one stale fails here instead of being
+/// resolved afresh on each machine (a review, 2026-12-07).
 fn test(steps: &mut Steps) -> Result<()> {
     steps.run("setup", setup)?;
     steps.run("fmt", || cargo(&["fmt", "--all", "--check"]).status_ok())?;
     steps.run("clippy", || {
         cargo(&[
             "clippy",
+            "--locked",
             "--workspace",
             "--all-targets",
             "--",
@@ -184,14 +189,14 @@ fn test(steps: &mut Steps) -> Result<()> {
     })?;
     // Every library's docs, warnings (a dead intra-doc link) as errors.
     steps.run("doc", || {
-        cargo(&["doc", "--workspace", "--no-deps", "--lib"])
+        cargo(&["doc", "--locked", "--workspace", "--no-deps", "--lib"])
             .env("RUSTDOCFLAGS", "-D warnings")
             .status_ok()
     })?;
     // `WARPALLOC_SIM_SEED` narrows every seeded sweep to one seed: not
     // from CI's environment (a review of the test driver, 2026-12-07).
     steps.run("test", || {
-        cargo(&["test", "--workspace"])
+        cargo(&["test", "--locked", "--workspace"])
             .env_remove("WARPALLOC_SIM_SEED")
             .status_ok()
     })?;
@@ -205,7 +210,13 @@ fn test(steps: &mut Steps) -> Result<()> {
         // `RUSTFLAGS="--cfg loom" cargo clippy -p warpalloc-device --tests
         // --target-dir target/loom-clippy -- -D warnings`.
         for args in LOOM_RUNS {
-            let mut cmd = cargo(&["test", "--release", "--target-dir", "target/loom"]);
+            let mut cmd = cargo(&[
+                "test",
+                "--locked",
+                "--release",
+                "--target-dir",
+                "target/loom",
+            ]);
             cmd.args(*args)
                 .env("RUSTFLAGS", "--cfg loom -D warnings")
                 .env_remove("CARGO_ENCODED_RUSTFLAGS");
@@ -215,7 +226,7 @@ fn test(steps: &mut Steps) -> Result<()> {
     })?;
     steps.run("miri", || {
         let miri = |cargo_args: &[&str]| {
-            let mut cmd = cargo(&["miri", "test"]);
+            let mut cmd = cargo(&["miri", "test", "--locked"]);
             // The embedded PTX: Miri's target directory would otherwise get
             // a nested nvptx build (core included) of its own; the tests
             // step built the same one already.
@@ -320,12 +331,19 @@ fn side_by_side(commands: Vec<Command>, jobs: usize) -> Result<()> {
 fn first_project() -> Result<()> {
     in_example(&["fmt", "--manifest-path", FIRST_PROJECT, "--all", "--check"]).status_ok()?;
     for features in [&[][..], &["--features", "gpu"][..]] {
-        let mut cmd = in_example(&["clippy", "--manifest-path", FIRST_PROJECT, "--all-targets"]);
+        let mut cmd = in_example(&[
+            "clippy",
+            "--locked",
+            "--manifest-path",
+            FIRST_PROJECT,
+            "--all-targets",
+        ]);
         cmd.args(features).args(["--", "-D", "warnings"]);
         cmd.status_ok()?;
     }
     in_example(&[
         "run",
+        "--locked",
         "--manifest-path",
         FIRST_PROJECT,
         "-p",
