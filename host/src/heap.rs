@@ -717,14 +717,17 @@ fn handler(
                 };
                 // Before a refusal, the frees pending on other ports, which a
                 // kernel may have sent before this request (`serve_frees`):
-                // then the region again. A refusal the second try turned
-                // into an address is not counted.
+                // then the region again. One request counts one refusal at
+                // most: the first try's is taken back, whether the second
+                // try served the request or was refused (and counted that
+                // one; a review, 2026-12-08: both were counted).
                 if result.is_err() && frees() {
                     let mut region = lock(&region);
                     result = region.allocate(bytes, align);
-                    if let (Ok(_), Some(refused)) = (result, refused) {
+                    if let Some(refused) = refused {
                         region.forgive(refused);
                     }
+                    region.take_last_refusal();
                 }
                 Reply::Alloc(result.map_err(|why| {
                     let region = lock(&region);
@@ -1694,7 +1697,8 @@ mod tests {
 
     /// An `Alloc` the region refused, served once the handler served the
     /// frees pending on the mailbox's other ports, counts no refusal; one
-    /// that no free turns around counts one.
+    /// that no free turns around counts one, and so does one that the frees
+    /// did not turn around (two tries, one request).
     #[test]
     fn a_refusal_the_pending_frees_turn_around_is_not_counted() {
         let backing: Box<dyn Backing> =
@@ -1731,5 +1735,13 @@ mod tests {
         let reply = serve(alloc, &mut || false);
         assert!(matches!(reply, Reply::Alloc(Err(_))), "{reply:?}");
         assert_eq!(lock(&region).stats().refused(Refusal::Limit), 1);
+        // Frees were pending, but too few: the second try is refused too.
+        let two = Request::Alloc {
+            bytes: 2 * GRANULE,
+            align: GRANULE,
+        };
+        let reply = serve(two, &mut || true);
+        assert!(matches!(reply, Reply::Alloc(Err(_))), "{reply:?}");
+        assert_eq!(lock(&region).stats().refused(Refusal::Limit), 2);
     }
 }

@@ -752,9 +752,10 @@ impl<B: Backing> Region<B> {
 
     /// Takes back a refusal's counts (from [`Region::take_last_refusal`]):
     /// the host's handler tried the region, served the frees pending on
-    /// the mailbox's other ports and tried again, which served the
-    /// request; the device saw no refusal, and neither should the stats
-    /// (until 2026-12-07 they counted one; a review).
+    /// the mailbox's other ports and tried again. If that served the
+    /// request, the device saw no refusal, and neither should the stats
+    /// (until 2026-12-07 they counted one; a review); if it was refused
+    /// too, that refusal is the one counted (until 2026-12-08 both were).
     pub(crate) fn forgive(&mut self, counted: Counted) {
         let n = &mut self.stats.refusals[counted.why.index()];
         *n = n.saturating_sub(1);
