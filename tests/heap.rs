@@ -1290,6 +1290,34 @@ fn a_warm_up_from_a_corrupt_pool_is_refused() {
     }
 }
 
+/// A granule table that a stray kernel write filled with large blocks no
+/// region holds (each entry `0x5555_5555`, as a `memset(0x55)` leaves it: a
+/// block of 2^28 granules at every granule of a 32 GiB region): `stats`
+/// says the heap is corrupt, where its sum of their bytes overflowed (a
+/// panic in debug builds; a review, 2026-12-08).
+#[test]
+fn stats_of_a_granule_table_a_stray_write_filled_say_the_heap_is_corrupt() {
+    use warpalloc_device::heap::LAYOUT;
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let granules = 16_384usize;
+    let heap = heap_with(HeapConfig {
+        reserve: Some(granules as u64 * GRANULE),
+        ..HeapConfig::default()
+    });
+    let table = (heap.device_heap() + LAYOUT.granules) as *mut u8;
+    // SAFETY: the emulated device's memory is this process's: the granule
+    // table of this heap's `DeviceHeap`, a `u32` per granule of its region,
+    // and no kernel runs. The write is the stray one.
+    unsafe { table.write_bytes(0x55, granules * 4) };
+    match heap.stats() {
+        Err(HostError::HeapCorrupt(why)) => assert!(why.contains("large block"), "{why}"),
+        other => panic!("stats of a corrupt granule table: {other:?}"),
+    }
+    // Put right, for the heap's drop.
+    // SAFETY: as above.
+    unsafe { table.write_bytes(0, granules * 4) };
+}
+
 /// A heap warmed up from a run's profile (`Heap::warm_up`) holds each
 /// class's slabs published and empty before its first launch, and that
 /// launch revives them instead of creating slabs: in RPC mode it asks the

@@ -209,10 +209,19 @@ impl DeviceHeap {
             c.live_block_bytes +=
                 k.live_blocks * u64::from(crate::size_class::geometry(class).block);
         }
-        self.for_each_large(|_, bytes| {
+        // The table is the device's, which a stray kernel write may have
+        // filled: a block must end inside the region (a sum of impossible
+        // sizes overflowed; a review, 2026-12-08).
+        let (base, len) = self.region();
+        let mut past_the_end = false;
+        self.for_each_large(|addr, bytes| {
             c.large_blocks += 1;
-            c.large_bytes += bytes;
+            c.large_bytes = c.large_bytes.saturating_add(bytes);
+            past_the_end |= addr.saturating_add(bytes) > base.saturating_add(len);
         });
+        if past_the_end {
+            return Err("a large block's granules pass the region's end");
+        }
         Ok(c)
     }
 
