@@ -113,7 +113,7 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         for i in 0..words {
             let at = wrap(start, i, words);
             let word = self.words.get(at as usize);
-            let mut seen = word.load(Ordering::Relaxed);
+            let mut seen = word.load(Ordering::Relaxed) & in_use(at, slots);
             while seen != 0 {
                 let bit = 1u32 << seen.trailing_zeros();
                 let before = if planted(TAKE_CLEARS_BY_STORE) {
@@ -163,7 +163,7 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         let start = if near / 32 < all { near / 32 } else { 0 };
         let mut asked = 0u32;
         for at in start..(start + words).min(all) {
-            let mut seen = self.words.get(at as usize).load(Ordering::Relaxed);
+            let mut seen = self.words.get(at as usize).load(Ordering::Relaxed) & in_use(at, slots);
             while seen != 0 {
                 if asked == checks {
                     return None;
@@ -206,6 +206,17 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
             .iter(WORDS)
             .map(|w| w.load(Ordering::Relaxed).count_ones())
             .sum()
+    }
+}
+
+/// The bits of mark word `word` that are slots among the first `slots`:
+/// the last word in use may hold slots beyond them (a table the host
+/// shrank), which no scan visits (a review, 2026-12-08).
+#[inline(always)]
+fn in_use(word: u32, slots: u32) -> u32 {
+    match slots.saturating_sub(word * 32) {
+        left if left < 32 => (1u32 << left) - 1,
+        _ => u32::MAX,
     }
 }
 
@@ -266,6 +277,11 @@ mod tests {
         let e = EmptySlots::<4>::new();
         e.mark(100);
         assert_eq!(e.take(64), None, "slot 100 is beyond 64 slots");
+        // Beyond the slots in a word they share.
+        assert_eq!(e.take(97), None, "slot 100 is beyond 97 slots");
+        assert_eq!(e.find(97, 96, 1, 8, |_| true), None);
+        assert_eq!(e.take(101), Some(100));
+        e.mark(100);
         assert!(e.is_marked(100));
         e.clear(100);
         e.clear(100);

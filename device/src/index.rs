@@ -43,7 +43,12 @@ pub const fn magic(divisor: u32) -> u64 {
     (1u64 << MAGIC_SHIFT).div_ceil(divisor as u64)
 }
 
-const _: () = assert!(MAGIC_SHIFT > OFFSET_BITS + 20);
+// Both halves of `magic`'s proof, from the constants (not a written-out
+// 20): the error `< MAX_DIVISOR ≤ 2^(MAGIC_SHIFT − OFFSET_BITS − 1)`, and
+// `n·m < 2^OFFSET_BITS · 2^MAGIC_SHIFT` fits in 64 bits.
+const _: () = assert!(
+    (MAX_DIVISOR as u64) < 1u64 << (MAGIC_SHIFT - OFFSET_BITS) && OFFSET_BITS + MAGIC_SHIFT <= 63
+);
 
 #[cfg(test)]
 mod tests {

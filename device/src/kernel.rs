@@ -23,7 +23,7 @@
 //!     }
 //! }
 //! // host, with `out` sized for the grid:
-//     unsafe { lanes::Args { out }.simulate(&LaunchConfig::linear(4, 96)) }?;
+//! unsafe { lanes::Args { out }.simulate(&LaunchConfig::linear(4, 96)) }?;
 //! ```
 //!
 //! On the host, each kernel module also has `ENTRY`, an [`Entry`]: the kernel

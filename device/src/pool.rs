@@ -16,8 +16,10 @@
 //! link it read may be stale, and a stale link would hand a slab out twice).
 //!
 //! Invariants: every granule is on the stack at most once; a slab on the
-//! stack is mapped, clean (bitfield zero) and owned by the pool; a pop hands
-//! each pushed slab to exactly one popper.
+//! stack is mapped and owned by the pool; a pop hands each pushed slab to
+//! exactly one popper. Its bitfield may hold anything (a fresh mapping is
+//! not zeroed on CUDA): whoever publishes a popped slab zeroes its words
+//! (`obtain_slab` reports none known to be zero).
 
 use crate::guard::{POOL_PUSH_WITHOUT_RELEASE, POOL_WITHOUT_TAG, planted};
 use crate::simt::Scope;

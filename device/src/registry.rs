@@ -71,12 +71,14 @@ pub unsafe fn register(heap: *const DeviceHeap) -> Result<Registration, Full> {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        // ORDERING: release: nothing after this may use the heap through the
-        // registry (pairs with the acquire load in `owner_of`).
+        // ORDERING: release, pairing with the acquire load in `owner_of`;
+        // it orders nothing that matters (a lookup that loads 0 touches no
+        // heap). What makes freeing the heap safe is the lock below: every
+        // lookup that loaded the address before this store holds the read
+        // lock while it reads the heap's region, and every later one loads
+        // 0 (the lock's release and acquire order this store before it).
         HEAPS[self.entry].store(0, Ordering::Release);
-        // Lookups that loaded the address before the store may still read
-        // the heap's region: wait for them (they hold the read lock only
-        // while they read), so the heap can be freed after we return.
+        // Wait for those lookups, so the heap can be freed after we return.
         drop(exclusive());
     }
 }
