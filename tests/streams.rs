@@ -136,6 +136,19 @@ fn launches_on_one_stream_run_in_order_and_report_errors_at_synchronize() {
     }
     let words = s.memcpy_dtov(&st).expect("read");
     assert_eq!(words[0], 3 * 32 * 2, "three launches, all counted");
+    // One builder launched twice, as cudarc allows (its launch keeps the
+    // arguments): both run (a review, 2026-12-08: the second had none).
+    {
+        let mut twice = s.launch_builder(&churn);
+        twice.arg(&mut st).arg(&64u32).arg(&2u32);
+        for _ in 0..2 {
+            // SAFETY: as above.
+            unsafe { twice.launch(grid(1, 32)) }.expect("the builder's launch");
+        }
+    }
+    s.synchronize().expect("both ran");
+    let words = s.memcpy_dtov(&st).expect("read");
+    assert_eq!(words[0], 5 * 32 * 2, "five launches, all counted");
     // In order: a launch that frees what the launch queued before it took.
     // Out of order, the frees would find no pointer and the blocks stay
     // live.

@@ -32,9 +32,10 @@
 //! [`CudaStream::simulator_stats`] gives the last launch's simulator counts.
 //!
 //! Copies to the host wait for the stream's work first, as a synchronous
-//! cudarc copy does. A slice passed to a launch stays allocated until that
-//! launch ends, even if the program drops it sooner (cudarc orders the free
-//! on the stream). Every launch's lanes are bound to the heap that the
+//! cudarc copy does. A slice the program drops while work is queued stays
+//! allocated until the device's work queued by then ends, whether a launch
+//! has it by `arg(&slice)` or as an address from `device_ptr` (cudarc
+//! frees it on its stream, after the work queued before the drop). Every launch's lanes are bound to the heap that the
 //! module's `WARPALLOC_HEAP` links when the launch starts, as a GPU kernel
 //! reads that global.
 
@@ -50,7 +51,7 @@ use warpalloc_sim::Convergence;
 pub use cudarc::driver::LaunchConfig;
 
 use crate::HostError;
-use crate::device::emulated::EmulatedModule;
+use crate::device::emulated::{Activity, EmulatedModule};
 use crate::device::{Allocation, AsDevice, AsModule, Device, Emulated, Module, emulated};
 use crate::server;
 
@@ -364,6 +365,7 @@ impl CudaStream {
         Ok(CudaSlice {
             memory: Arc::from(self.ctx.device.alloc_zeroed(bytes)?),
             len,
+            activity: Arc::clone(self.ctx.device.activity()),
             _element: PhantomData,
         })
     }
@@ -461,7 +463,17 @@ impl Drop for CudaStream {
 pub struct CudaSlice<T> {
     memory: Arc<dyn Allocation>,
     len: usize,
+    /// The device's work, after which a dropped slice is freed.
+    activity: Arc<Activity>,
     _element: PhantomData<T>,
+}
+
+impl<T> Drop for CudaSlice<T> {
+    fn drop(&mut self) {
+        // Freed once the work queued before the drop has ended: this
+        // reference is held till then, the field's goes now.
+        self.activity.release(Arc::clone(&self.memory));
+    }
 }
 
 impl<T> CudaSlice<T> {
@@ -557,7 +569,8 @@ impl<'a, 'b: 'a, T> PushKernelArg<&'b mut CudaSlice<T>> for LaunchArgs<'a> {
 impl LaunchArgs<'_> {
     /// Queues the launch on the stream and returns; the stream's
     /// `synchronize` reports how it went. The parameters' count and sizes
-    /// are checked against the kernel's here.
+    /// are checked against the kernel's here. The builder keeps its
+    /// arguments: it may launch again.
     ///
     /// # Safety
     /// As for a CUDA launch: the parameters must be valid for the kernel
@@ -591,8 +604,10 @@ impl LaunchArgs<'_> {
         sim.block_dim = cfg.block_dim;
         let module = Arc::clone(&self.func.module.module);
         let queue = Arc::clone(&self.stream.queue);
-        let params = std::mem::take(&mut self.params);
-        let keep = std::mem::take(&mut self.keep);
+        // Copies: the builder keeps its arguments for another launch, as
+        // cudarc's does.
+        let params = self.params.clone();
+        let keep = self.keep.clone();
         self.stream.enqueue(Box::new(move || {
             sim.binding = module.binding();
             server::wake();

@@ -56,24 +56,56 @@ pub struct Emulated {
 /// Work in progress on an emulated device.
 #[derive(Default)]
 pub(crate) struct Activity {
-    /// Launches running or queued now (on streams' threads or callers').
-    running: Mutex<usize>,
-    /// Signalled when `running` drops to 0.
+    work: Mutex<Work>,
+    /// Signalled when the work running drops to 0.
     ended: Condvar,
+}
+
+/// [`Activity`]'s counts, under its lock.
+#[derive(Default)]
+struct Work {
+    /// Launches running or queued now (on streams' threads or callers').
+    running: usize,
+    /// Memory dropped by the program while work ran: freed once none runs
+    /// ([`Activity::release`]).
+    dropped: Vec<Arc<dyn Allocation>>,
 }
 
 impl Activity {
     /// Counts one piece of work until [`Activity::end`].
     pub(crate) fn begin(&self) {
-        *self.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.work
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .running += 1;
     }
 
-    /// Ends what [`Activity::begin`] counted.
+    /// Ends what [`Activity::begin`] counted; the last to end frees the
+    /// memory dropped meanwhile.
     pub(crate) fn end(&self) {
-        let mut n = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        *n = n.saturating_sub(1);
-        if *n == 0 {
+        let mut work = self.work.lock().unwrap_or_else(PoisonError::into_inner);
+        work.running = work.running.saturating_sub(1);
+        if work.running == 0 {
             self.ended.notify_all();
+            let dropped = std::mem::take(&mut work.dropped);
+            drop(work);
+            drop(dropped);
+        }
+    }
+
+    /// Frees `memory` once no work runs: at once if none does, else when
+    /// the last piece running or queued now ends. A slice the program drops
+    /// while a queued kernel may still use it (through an address from
+    /// `device_ptr`, which keeps nothing alive) stays valid until then, as
+    /// cudarc frees it on its stream after the work queued before the drop
+    /// (a review, 2026-12-08: the kernel wrote freed host memory).
+    pub(crate) fn release(&self, memory: Arc<dyn Allocation>) {
+        let mut work = self.work.lock().unwrap_or_else(PoisonError::into_inner);
+        if work.running == 0 {
+            drop(work);
+            drop(memory);
+        } else {
+            work.dropped.push(memory);
         }
     }
 
@@ -84,9 +116,12 @@ impl Activity {
     }
 
     fn wait_idle(&self) {
-        let mut n = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        while *n > 0 {
-            n = self.ended.wait(n).unwrap_or_else(PoisonError::into_inner);
+        let mut work = self.work.lock().unwrap_or_else(PoisonError::into_inner);
+        while work.running > 0 {
+            work = self
+                .ended
+                .wait(work)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 }
@@ -439,5 +474,26 @@ mod tests {
         assert_eq!(b.free_device_memory(), Some(7 * GRANULE));
         drop(a);
         assert_eq!(b.free_device_memory(), Some(8 * GRANULE));
+    }
+
+    /// Memory the program drops while work runs is freed when the last
+    /// piece of work then running ends, not before (a queued kernel may
+    /// hold its address); with none running, at once.
+    #[test]
+    fn memory_dropped_while_work_runs_is_freed_when_it_ends() {
+        let device = Emulated::new(8 * GRANULE);
+        let b = device.backing().expect("a backing");
+        let activity = device.activity();
+        let buffer = device.alloc_zeroed(GRANULE as usize).expect("a buffer");
+        activity.begin();
+        activity.begin();
+        activity.release(Arc::from(buffer));
+        activity.end();
+        assert_eq!(b.free_device_memory(), Some(7 * GRANULE), "work still runs");
+        activity.end();
+        assert_eq!(b.free_device_memory(), Some(8 * GRANULE), "none runs");
+        let buffer = device.alloc_zeroed(GRANULE as usize).expect("a buffer");
+        activity.release(Arc::from(buffer));
+        assert_eq!(b.free_device_memory(), Some(8 * GRANULE), "none ran");
     }
 }
