@@ -46,10 +46,11 @@
 //!
 //! They wait for the kernels that run when they start, not for one that
 //! starts while they run: no thread may launch a kernel that uses the heap
-//! until the call returns. `trim`, `warm_up`, `spread`, `forget_refusal`
-//! and the drop write the device heap back after reading it, and a kernel
-//! launched in between would have its slots and counts overwritten (and
-//! `trim` would unmap a slab it took). A program that launches from
+//! until the call returns. `trim`, `warm_up`, `spread` and
+//! `forget_refusal` write the device heap back after reading it, and a
+//! kernel launched in between would have its slots and counts overwritten
+//! (and `trim` would unmap a slab it took); the drop unlinks the modules
+//! and frees the heap's memory under it. A program that launches from
 //! several threads calls these where no launch can overlap them, as it
 //! would order `cuCtxSynchronize` with its launches.
 //!
@@ -966,9 +967,21 @@ impl Heap {
                             .driver_error_for(why)
                             .map(|e| format!(": {e}"))
                             .unwrap_or_default();
+                        // The advice the refusal's cause calls for (a review,
+                        // 2026-12-08: every cause was told to raise the
+                        // limit or the reserve).
+                        let advice = match why {
+                            Refusal::Limit => "ask for fewer, or raise HeapConfig::limit",
+                            Refusal::NoAddressSpace => {
+                                "ask for fewer, or raise HeapConfig::reserve"
+                            }
+                            _ => {
+                                "the device has no memory for them: ask for fewer, or free device memory"
+                            }
+                        };
                         return Err(HostError::Config(format!(
                             "a pool of {slabs} slabs: the region mapped {mapped}, then refused \
-                             ({why:?}{driver}); ask for fewer, or raise the limit or the reserve"
+                             ({why:?}{driver}); {advice}"
                         )));
                     }
                 }
