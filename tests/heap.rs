@@ -544,6 +544,22 @@ fn a_config_out_of_range_is_refused_with_its_range() {
     }
 }
 
+/// A launcher's buffer whose size in bytes overflows is refused as such, on
+/// either device (it was "out of host memory for the emulated device").
+#[test]
+fn a_buffer_whose_size_overflows_is_refused_as_such() {
+    let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let launcher = Launcher::new(support::PTX, Prefer::Simulator).expect("launcher");
+    match launcher.alloc_zeroed::<u64>(usize::MAX) {
+        Err(HostError::BufferTooLarge {
+            len: usize::MAX,
+            element: 8,
+        }) => {}
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("a buffer of 2^64 words"),
+    }
+}
+
 #[test]
 fn a_pool_the_device_cannot_map_is_refused_at_attach() {
     let _serial = SERVER.lock().unwrap_or_else(|e| e.into_inner());

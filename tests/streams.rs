@@ -404,6 +404,29 @@ fn a_launch_with_the_wrong_arguments_names_the_parameters() {
     );
 }
 
+/// A buffer whose size in bytes overflows is refused as such (it was "out
+/// of host memory for the emulated device"; `Launcher::alloc_zeroed`, on a
+/// GPU too: tests/heap.rs).
+#[test]
+fn a_buffer_whose_size_overflows_is_refused_as_such() {
+    let (ctx, _module, _heap) = setup();
+    let e = ctx
+        .default_stream()
+        .alloc_zeros::<u64>(usize::MAX)
+        .map(|_| ())
+        .expect_err("overflows");
+    assert!(
+        matches!(
+            e,
+            HostError::BufferTooLarge {
+                len: usize::MAX,
+                element: 8
+            }
+        ),
+        "{e}"
+    );
+}
+
 /// What a program written once for both devices uses, in cudarc's names:
 /// `memset_zeros`, a slice's address through `DevicePtr::device_ptr(&stream)`,
 /// a struct parameter of the program's own through `KernelParam` (cudarc's

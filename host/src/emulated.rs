@@ -361,7 +361,10 @@ impl CudaStream {
     pub fn alloc_zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<CudaSlice<T>, HostError> {
         let bytes = len
             .checked_mul(size_of::<T>())
-            .ok_or(HostError::OutOfHostMemory(usize::MAX))?;
+            .ok_or(HostError::BufferTooLarge {
+                len,
+                element: size_of::<T>(),
+            })?;
         Ok(CudaSlice {
             memory: Arc::from(self.ctx.device.alloc_zeroed(bytes)?),
             len,

@@ -78,6 +78,16 @@ pub enum HostError {
     /// The host could not allocate memory standing for device memory.
     #[error("out of host memory ({0} bytes) for the emulated device")]
     OutOfHostMemory(usize),
+    /// A buffer whose size in bytes overflows the address space (on either
+    /// device; a review, 2026-12-08: it was reported as the emulated
+    /// device's host memory running out, on a GPU too).
+    #[error("a buffer of {len} elements of {element} bytes: its size overflows")]
+    BufferTooLarge {
+        /// Elements asked for.
+        len: usize,
+        /// Bytes an element.
+        element: usize,
+    },
     /// Too many heaps live at once on the emulated device.
     #[error("more than {0} heaps live at once on the emulated device")]
     TooManyHeaps(usize),

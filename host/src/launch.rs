@@ -137,7 +137,10 @@ impl Launcher {
     pub fn alloc_zeroed<T: bytemuck::Pod>(&self, len: usize) -> Result<Buffer<T>, HostError> {
         let bytes = len
             .checked_mul(size_of::<T>())
-            .ok_or(HostError::OutOfHostMemory(usize::MAX))?;
+            .ok_or(HostError::BufferTooLarge {
+                len,
+                element: size_of::<T>(),
+            })?;
         Ok(Buffer {
             memory: self.device.alloc_zeroed(bytes)?,
             device: Arc::clone(&self.device),
