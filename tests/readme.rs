@@ -124,7 +124,8 @@ fn the_readme_says_when_own_streams_call_forget_refusal() {
 
 /// `cargo xtask` shows its own build: the alias does not pass `--quiet`
 /// (which kept a fresh machine's first `cargo xtask run` silent for about a
-/// minute while xtask built).
+/// minute while xtask built). It builds xtask from the committed lockfile
+/// (`--locked`), as every build of the test command does.
 #[test]
 fn the_xtask_alias_shows_its_build() {
     let config =
@@ -134,7 +135,7 @@ fn the_xtask_alias_shows_its_build() {
         .lines()
         .find(|l| l.trim_start().starts_with("xtask"))
         .expect("the xtask alias");
-    assert!(alias.contains("run --package xtask"), "{alias}");
+    assert!(alias.contains("run --locked --package xtask"), "{alias}");
     assert!(
         !alias.contains("--quiet") && !alias.split_whitespace().any(|w| w == "-q" || w == "\"-q"),
         "the xtask alias hides xtask's build: {alias}"

@@ -404,6 +404,56 @@ fn a_launch_with_the_wrong_arguments_names_the_parameters() {
     );
 }
 
+/// A launch on a stream that fails is reported by the context's
+/// `synchronize` too (as `cuCtxSynchronize` reports a kernel's fault), and
+/// the heap's `forget_refusal` (the call a program that launches on its own
+/// streams makes before a launch) repairs what such a launch leaves (a
+/// slot being created, here planted: lanes stopped amid a slab's creation
+/// leave one, on which the next launch's searches waited until the
+/// watchdog), as `Heap::launch` does after a failed launch of its own.
+#[test]
+fn a_failed_stream_launch_is_reported_by_the_context_and_repaired_by_the_heap() {
+    use warpalloc_device::heap::LAYOUT;
+    let (ctx, _module, heap) = setup();
+    // The emulated device's memory is this process's: slot 5's guard of
+    // this heap's `DeviceHeap` (a `u64` a slot), aligned.
+    let slot = ((heap.device_heap() + LAYOUT.slots) as *mut u64).wrapping_add(5);
+    // SAFETY: as said; no kernel runs. Being created (pointer `SENTINEL`),
+    // by no one.
+    unsafe { slot.write(u64::from(u32::MAX)) };
+    // A kernel of a module no heap serves: its malloc fails its launch.
+    let unlinked = ctx
+        .load_module(Ptx::from_src(KERNELS_TESTS))
+        .expect("a module left unlinked");
+    let orphan = unlinked.load_function("alloc_free").expect("alloc_free");
+    let s = ctx.new_stream().expect("stream");
+    let mut st = s.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
+    // SAFETY: STATS_WORDS words of stats.
+    unsafe {
+        s.launch_builder(&orphan)
+            .arg(&mut st)
+            .arg(&64u32)
+            .arg(&2u32)
+            .launch(grid(1, 32))
+    }
+    .expect("queued");
+    assert!(s.synchronize().is_err(), "the stream reports it");
+    let by_context = ctx.synchronize();
+    assert!(
+        matches!(&by_context, Err(e) if e.to_string().contains("heap.link")),
+        "{by_context:?}"
+    );
+    ctx.synchronize().expect("reported once");
+    assert!(!heap.forget_refusal().expect("repair"), "no refusal");
+    // SAFETY: as above; no kernel runs.
+    assert_ne!(unsafe { slot.read() } as u32, u32::MAX, "given up");
+    assert_eq!(
+        heap.check().expect("check"),
+        Ok(()),
+        "repaired: no slot left being created"
+    );
+}
+
 /// A buffer whose size in bytes overflows is refused as such (it was "out
 /// of host memory for the emulated device"; `Launcher::alloc_zeroed`, on a
 /// GPU too: tests/heap.rs).

@@ -151,9 +151,12 @@ impl CudaContext {
         Ok(Arc::new(CudaStream::new(self)))
     }
 
-    /// Waits for the work of every stream of the context.
+    /// Waits for the work of every stream of the context; the first
+    /// launch that failed since the last call is its error (each stream's
+    /// `synchronize` reports its own too), as `cuCtxSynchronize` reports a
+    /// kernel's fault.
     pub fn synchronize(&self) -> Result<(), HostError> {
-        self.device.synchronize()
+        self.device.synchronize_context()
     }
 }
 
@@ -273,6 +276,20 @@ impl CudaStream {
                                 why: "it panicked".into(),
                             })
                         });
+                        if let Err(e) = &result {
+                            // The context's record: its `synchronize`
+                            // reports it, and a heap repairs itself.
+                            activity.fail(match e {
+                                HostError::Launch { kernel, why } => HostError::Launch {
+                                    kernel: kernel.clone(),
+                                    why: why.clone(),
+                                },
+                                other => HostError::Launch {
+                                    kernel: "(a stream's work)".into(),
+                                    why: other.to_string(),
+                                },
+                            });
+                        }
                         let (lock, done) = &*queue;
                         let mut q = lock.lock().unwrap_or_else(PoisonError::into_inner);
                         if let Err(e) = result {
@@ -343,7 +360,8 @@ impl CudaStream {
     /// cudarc, never looser.
     fn settle(&self) -> Result<(), HostError> {
         self.synchronize()?;
-        self.ctx.synchronize()
+        // A wait for the others: their failures are theirs to report.
+        self.ctx.device.synchronize()
     }
 
     /// Zeroes `dst` once the work of every stream so far has ended (cudarc's

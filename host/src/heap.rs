@@ -693,6 +693,9 @@ pub struct Heap {
     /// Empty slabs per class that `trim` leaves (`HeapConfig::keep`).
     keep: u32,
     launcher: Option<Launcher>,
+    /// The device's failed launches when the heap last repaired itself
+    /// (`Device::failed_launches`, `Heap::quiesce`).
+    failures_seen: AtomicU64,
     device: Arc<dyn Device>,
 }
 
@@ -1023,6 +1026,7 @@ impl Heap {
             pool_fallback: config.pool_fallback,
             keep: config.keep,
             launcher,
+            failures_seen: AtomicU64::new(device.failed_launches()),
             device,
         })
     }
@@ -1058,10 +1062,21 @@ impl Heap {
     }
 
     /// Waits for every kernel of the context, then for the server to take
-    /// the requests they left (a `Free` does not wait for its answer).
+    /// the requests they left (a `Free` does not wait for its answer). A
+    /// launch on a stream that failed since the last call (the emulated
+    /// device; `Device::failed_launches`) left the heap as a failed
+    /// `Heap::launch` leaves it, and the heap repairs itself as there
+    /// (`Heap::repair`); the stream and the context report the failure (a
+    /// review, 2026-12-08: only `Heap::launch` repaired, and a stream's
+    /// next launch waited on the creations left until its watchdog).
     fn quiesce(&self) -> Result<(), HostError> {
         self.device.synchronize()?;
-        self.wait_for_server()
+        self.wait_for_server()?;
+        let failures = self.device.failed_launches();
+        if self.failures_seen.swap(failures, Ordering::Relaxed) != failures {
+            self.repair()?;
+        }
+        Ok(())
     }
 
     /// Waits for the server to take the requests the kernels left.
@@ -1157,6 +1172,12 @@ impl Heap {
     /// amid growth ran until its watchdog).
     fn recover_from_failed_launch(&self) -> Result<(), HostError> {
         self.quiesce()?;
+        self.repair()
+    }
+
+    /// [`Heap::recover_from_failed_launch`]'s repair, once the kernels
+    /// ended and the server took their requests.
+    fn repair(&self) -> Result<(), HostError> {
         let copy = self.read_device_heap()?;
         let abandoned = copy.abandon_creations();
         let locked = copy.mailbox().locked();
@@ -1184,7 +1205,16 @@ impl Heap {
     /// request to the host); with none, a refusal for the heap's limit or
     /// address space is kept — memory coming back (a large block freed, a
     /// slab emptied, `trim`) ends it on the device.
+    ///
+    /// On the emulated device it also repairs the heap after a launch on a
+    /// stream that failed since (and then synchronises): such a launch's
+    /// lanes, stopped anywhere in the allocator, may have left slab
+    /// creations that the next launch would wait on until its watchdog
+    /// (`Heap::launch` repairs after its own).
     pub fn forget_refusal(&self) -> Result<bool, HostError> {
+        if self.device.failed_launches() != self.failures_seen.load(Ordering::Relaxed) {
+            self.quiesce()?;
+        }
         if !self
             .counters
             .temporary_refusal

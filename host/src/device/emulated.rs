@@ -69,6 +69,10 @@ struct Work {
     /// Memory dropped by the program while work ran: freed once none runs
     /// ([`Activity::release`]).
     dropped: Vec<Arc<dyn Allocation>>,
+    /// Launches on streams that failed, ever.
+    failures: u64,
+    /// The first of them since the last `synchronize` of the context.
+    first_failure: Option<HostError>,
 }
 
 impl Activity {
@@ -115,6 +119,31 @@ impl Activity {
         Running(self)
     }
 
+    /// Records a launch on a stream that failed (its stream reports it
+    /// too, at its own `synchronize`).
+    pub(crate) fn fail(&self, error: HostError) {
+        let mut work = self.work.lock().unwrap_or_else(PoisonError::into_inner);
+        work.failures += 1;
+        work.first_failure.get_or_insert(error);
+    }
+
+    fn failures(&self) -> u64 {
+        self.work
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .failures
+    }
+
+    /// Waits until no work runs; the first failure since the last call.
+    fn wait_idle_and_take_failure(&self) -> Option<HostError> {
+        self.wait_idle();
+        self.work
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .first_failure
+            .take()
+    }
+
     fn wait_idle(&self) {
         let mut work = self.work.lock().unwrap_or_else(PoisonError::into_inner);
         while work.running > 0 {
@@ -136,6 +165,15 @@ impl Drop for Running<'_> {
 }
 
 impl Emulated {
+    /// Waits until no work runs; the first launch on a stream that failed
+    /// since the last call is its error, as `cuCtxSynchronize` reports a
+    /// kernel's fault (a review, 2026-12-08: the emulated context said Ok).
+    pub(crate) fn synchronize_context(&self) -> Result<(), HostError> {
+        self.activity
+            .wait_idle_and_take_failure()
+            .map_or(Ok(()), Err)
+    }
+
     /// An emulated device with `memory` bytes of device memory (what its
     /// heaps' backings may map).
     pub fn new(memory: u64) -> Emulated {
@@ -317,8 +355,15 @@ unsafe impl Device for Emulated {
     }
 
     fn synchronize(&self) -> Result<(), HostError> {
+        // A wait: the heap's calls neither report nor consume a stream's
+        // failed launch (their own repair reads `failed_launches`); the
+        // program's `CudaContext::synchronize` does (`synchronize_context`).
         self.activity.wait_idle();
         Ok(())
+    }
+
+    fn failed_launches(&self) -> u64 {
+        self.activity.failures()
     }
 
     unsafe fn register_heap(

@@ -305,8 +305,19 @@ pub unsafe trait Device: Send + Sync {
     fn backing(&self) -> Result<Box<dyn Backing>, HostError>;
 
     /// Waits until every launch on this device's context has finished, on
-    /// every stream (`cuCtxSynchronize`).
+    /// every stream (`cuCtxSynchronize`, which also reports a kernel's
+    /// fault; the emulated device only waits: its program's context
+    /// reports a failed launch).
     fn synchronize(&self) -> Result<(), HostError>;
+
+    /// How many launches queued on the context's streams have failed so
+    /// far (the emulated device: a lane's panic, the simulator's watchdog).
+    /// A heap that sees the count move repairs itself as after a launch of
+    /// its own that failed (`Heap::launch`). On a GPU, 0: a kernel's fault
+    /// loses the context, and the heap with it.
+    fn failed_launches(&self) -> u64 {
+        0
+    }
 
     /// Registers a device heap at `heap` with this process's
     /// `warpalloc_device::registry`, when device memory is this process's
