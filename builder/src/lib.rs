@@ -3,7 +3,10 @@
 //!
 //! 1. `cargo build --target nvptx64-nvidia-cuda -Zbuild-std=core,alloc` of the
 //!    kernel crate (its rlibs, and those of its dependencies, hold LLVM bitcode);
-//! 2. `llvm-link` of every object of every rlib, `core`/`alloc` included;
+//! 2. a check that rustc marked every function of the crates that calls a
+//!    warp collective `convergent` (`convergent.rs`; an older nightly did
+//!    not), then `llvm-link` of every object of every rlib, `core`/`alloc`
+//!    included;
 //! 3. `opt`: internalize everything but the kernel crate's unmangled symbols
 //!    (`#[no_mangle]` kernels and statics — what a cdylib would export), drop the
 //!    dead code, optimise;
@@ -31,6 +34,7 @@
 //! [`ptxas`] finds NVIDIA's assembler and parses its `-v` report.
 
 mod arch;
+mod convergent;
 mod depinfo;
 mod nested_env;
 pub mod ptxas;
@@ -194,6 +198,21 @@ pub enum BuildError {
         symbols: Vec<String>,
         /// What probably causes them.
         hints: Vec<String>,
+    },
+    /// rustc left a function that calls a warp collective unmarked
+    /// `convergent` (a nightly older than rust-lang/rust#153995): LLVM may
+    /// move the collective into divergent code.
+    #[error(
+        "rustc did not mark `{function}` (in {object}) `convergent`, though it calls a warp \
+         collective: this nightly predates rust-lang/rust#153995 (April 2026), and LLVM may \
+         move the collective into divergent code (a hang or wrong results on a GPU). Build \
+         with a newer nightly: `rustup toolchain install nightly`"
+    )]
+    NotConvergent {
+        /// The object (bitcode) holding it.
+        object: String,
+        /// The function.
+        function: String,
     },
 }
 
@@ -404,15 +423,18 @@ impl PtxBuilder {
         let lock = std::fs::File::create(&lock_path).map_err(io_err(&lock_path))?;
         lock.lock().map_err(io_err(&lock_path))?;
         let objects = extract_objects(&tc, &built, &work)?;
-
-        // The symbols to keep: every defined, unmangled, global symbol of the
-        // user's crates — what a cdylib would export.
-        let mut keep: BTreeSet<String> = self.keep.iter().cloned().collect();
         let user_objs: Vec<&Path> = objects
             .iter()
             .filter(|o| !o.sysroot)
             .map(|o| o.path.as_path())
             .collect();
+        if let Some((object, function)) = convergent::unmarked(&tc, &user_objs)? {
+            return Err(BuildError::NotConvergent { object, function });
+        }
+
+        // The symbols to keep: every defined, unmangled, global symbol of the
+        // user's crates — what a cdylib would export.
+        let mut keep: BTreeSet<String> = self.keep.iter().cloned().collect();
         if !user_objs.is_empty() {
             for (name, kind) in nm(&tc, &user_objs, &["--defined-only", "--extern-only"])? {
                 if kind != 'U' && !is_mangled(&name) && !name.starts_with("llvm.") {

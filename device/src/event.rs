@@ -75,6 +75,17 @@ pub const EVENT_ROWS: usize = 256;
 /// bytes (a cache line), so that two SMs' rows share no line.
 pub const EVENT_STRIDE: usize = 16;
 const _: () = assert!(EVENTS <= EVENT_STRIDE && EVENT_STRIDE * 8 == 128);
+
+/// A row of `WARPALLOC_EVENTS`, aligned to its 128 bytes: an array of
+/// bare counters was aligned to 8 only (its PTX `.align 8`), so each row
+/// straddled two cache lines and the SMs' rows shared them (a review,
+/// 2026-12-08).
+#[repr(C, align(128))]
+pub struct EventRow(pub [crate::sync::AtomicU64; EVENT_STRIDE]);
+const _: () = assert!(
+    core::mem::size_of::<EventRow>() == EVENT_STRIDE * 8
+        && core::mem::align_of::<EventRow>() == EVENT_STRIDE * 8
+);
 /// The module global of a `gpu-events` build: `EVENT_ROWS` rows of
 /// `EVENT_STRIDE` counters (`u64`, row-major; the first `EVENTS` of a row
 /// are the events, by [`Event`]), which the host sums (`warpalloc bench
@@ -90,8 +101,8 @@ pub const EVENTS_SYMBOL: &str = "WARPALLOC_EVENTS";
 /// build for counting, not for timing.
 #[cfg(all(target_arch = "nvptx64", feature = "gpu-events"))]
 #[unsafe(no_mangle)]
-pub static WARPALLOC_EVENTS: [[crate::sync::AtomicU64; EVENT_STRIDE]; EVENT_ROWS] =
-    [const { [const { crate::sync::AtomicU64::new(0) }; EVENT_STRIDE] }; EVENT_ROWS];
+pub static WARPALLOC_EVENTS: [EventRow; EVENT_ROWS] =
+    [const { EventRow([const { crate::sync::AtomicU64::new(0) }; EVENT_STRIDE]) }; EVENT_ROWS];
 
 /// Counts `event` for the running launch: in the simulator; on the GPU
 /// in a `gpu-events` build (`WARPALLOC_EVENTS`); else nowhere.
@@ -100,7 +111,7 @@ pub fn record(event: Event) {
     #[cfg(all(not(target_arch = "nvptx64"), not(loom)))]
     warpalloc_sim::count_event(event as usize);
     #[cfg(all(target_arch = "nvptx64", feature = "gpu-events"))]
-    WARPALLOC_EVENTS[crate::simt::sm_id() as usize % EVENT_ROWS][event as usize].add(1);
+    WARPALLOC_EVENTS[crate::simt::sm_id() as usize % EVENT_ROWS].0[event as usize].add(1);
     #[cfg(any(all(target_arch = "nvptx64", not(feature = "gpu-events")), loom))]
     let _ = event;
 }
