@@ -104,6 +104,42 @@ fn kernel_names_match_the_ptx() {
     assert!(ptx::KERNELS_TESTS.contains(&format!(".target {}", ptx::ARCH)));
 }
 
+/// Functions of the allocator (by a piece of their mangled names) and the
+/// `bar.warp.sync`s their bodies hold at least, one per `simt::syncwarp`
+/// that orders memory among a group's lanes there. The simulator runs a
+/// warp's lanes on one thread, so every collective orders its memory, and
+/// neither it nor loom can tell one of these gone; on a GPU only
+/// `bar.warp.sync` orders memory among lanes (a review, 2026-12-08).
+const SYNCWARPS: &[(&str, usize)] = &[
+    // Its start (the slab's words, zeroed by its creator, before each
+    // lane's walk) and its end (the lanes after their head's acquire).
+    ("4Slab8allocate", 2),
+    // The lanes' last accesses to their blocks before their heads' clears
+    // (`Slab::clear_at_head`), and the clears before the leader's release
+    // of the slot (heap/mod.rs).
+    ("10DeviceHeap10deallocate", 2),
+    // `Slab::init`: the slab's last use before the lanes' stores, and
+    // their stores before the leader publishes it.
+    ("10DeviceHeap6create", 2),
+];
+
+#[test]
+fn the_syncwarps_that_order_memory_are_in_the_ptx() {
+    for module in [ptx::KERNELS_TESTS, ptx::KERNELS_TESTS_SM80] {
+        let fns = functions(module);
+        for (name, least) in SYNCWARPS {
+            let found: Vec<_> = fns.iter().filter(|f| f.name.contains(name)).collect();
+            assert_eq!(found.len(), 1, "one function named like {name}");
+            let n = found[0].body.matches("bar.warp.sync").count();
+            assert!(
+                n >= *least,
+                "{name}: {n} bar.warp.sync, at least {least} expected (a syncwarp that \
+                 orders memory among lanes gone?)"
+            );
+        }
+    }
+}
+
 #[test]
 fn expected_instructions() {
     let fns = functions(ptx::KERNELS_TESTS);
