@@ -100,6 +100,27 @@ kernel! {
 }
 
 kernel! {
+    /// `reduce_or` from every `match_any` group of a warp at once, one call
+    /// site, as a free combines its lanes' bits (`Slab::deallocate_by_word`:
+    /// `redux.sync` from sm_80, shuffles before): word 0 each lane's bit ORed
+    /// over its group (keys `input % 3`: the group's mask); word 1 values
+    /// ORed over the groups of a partial mask's members.
+    pub fn simt_reduce_or(out: *mut u32, seed: u32) {
+        let me = simt::global_thread_id() as u32;
+        let lane = simt::lane_id();
+        let full = simt::warp_mask();
+        let group = simt::match_any_u32(full, input(seed, me, 0) % 3);
+        write(out, 0, simt::reduce_or(group, 1 << lane));
+
+        let part = partial_mask(seed, 1);
+        if part & (1 << lane) != 0 {
+            let group = simt::match_any_u32(part, input(seed, me, 2) % 3);
+            write(out, 1, simt::reduce_or(group, input(seed, me, 3)));
+        }
+    }
+}
+
+kernel! {
     /// `shfl`: word 0 u32 from a per-lane source; words 1/2 the low/high
     /// halves of a u64; word 3 a pointer (as the index of the source lane's
     /// first word); word 4 a partial mask (members only); word 5 a broadcast

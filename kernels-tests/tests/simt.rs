@@ -6,7 +6,7 @@
 use warpalloc_device::kernel::Kernel;
 use warpalloc_device::sim::{Convergence, Fibers, LaunchConfig, seeds};
 use warpalloc_kernels_tests::simt::{
-    WORDS, simt_ballot, simt_match_any, simt_shfl, simt_sleep, simt_syncwarp,
+    WORDS, simt_ballot, simt_match_any, simt_reduce_or, simt_shfl, simt_sleep, simt_syncwarp,
 };
 use warpalloc_kernels_tests::{input, nth_lane};
 
@@ -309,6 +309,53 @@ fn match_any_matches_reference() {
             |out, seed| simt_match_any::Args { out, seed },
             check_match_any,
         );
+    }
+}
+
+fn check_reduce_or(run: &Run, all: &[Thread]) {
+    let s = run.seed;
+    for t in all {
+        let key = |g: u32| input(s, g, 0) % 3;
+        let mine = key(t.gtid);
+        run.expect(
+            t,
+            0,
+            bits(t, t.present, |g| key(g) == mine),
+            "reduce_or of each lane's bit over its match_any group",
+        );
+
+        let part = partial_mask(s, t, 1);
+        let want = if part & (1 << t.lane) != 0 {
+            let key = |g: u32| input(s, g, 2) % 3;
+            let mine = key(t.gtid);
+            (0..32)
+                .filter(|&j| part & (1 << j) != 0 && key(t.base + j) == mine)
+                .fold(0, |acc, j| acc | input(s, t.base + j, 3))
+        } else {
+            POISON
+        };
+        run.expect(t, 1, want, "reduce_or over a partial mask's groups");
+    }
+}
+
+/// `reduce_or` from several groups of a warp at once (a free's combining),
+/// by `redux.sync` (compute capability 8.0 and later) and by shuffles
+/// (7.5): each group gets its own OR (a review, 2026-12-08: the only test
+/// had one group calling).
+#[test]
+fn reduce_or_per_group_matches_reference() {
+    for (policy, tune) in policies() {
+        for capability in [(7, 5), (9, 0)] {
+            eprintln!("reduce_or: {policy}, {capability:?}");
+            sweep(
+                "reduce_or",
+                8,
+                &shapes(),
+                |c| tune(c).capability(capability.0, capability.1),
+                |out, seed| simt_reduce_or::Args { out, seed },
+                check_reduce_or,
+            );
+        }
     }
 }
 
