@@ -31,6 +31,7 @@ use crate::guard::{
 };
 use crate::index::wrap;
 use crate::simt::Scope;
+use crate::slab::valid_bits;
 use crate::sync::{AtomicU32, Ordering, SharedArray, fence};
 
 /// Slots whose slab went empty, as a bitmap over `WORDS · 32` slots
@@ -113,7 +114,11 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         for i in 0..words {
             let at = wrap(start, i, words);
             let word = self.words.get(at as usize);
-            let mut seen = word.load(Ordering::Relaxed) & in_use(at, slots);
+            // Only the first `slots`: the last word in use may hold slots
+            // beyond them (a table the host shrank), which no scan visits
+            // (`valid_bits`: a 32-bit word's bits below a count, as for a
+            // slab's blocks; a review, 2026-12-08).
+            let mut seen = word.load(Ordering::Relaxed) & valid_bits(at, slots);
             while seen != 0 {
                 let bit = 1u32 << seen.trailing_zeros();
                 let before = if planted(TAKE_CLEARS_BY_STORE) {
@@ -163,7 +168,9 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
         let start = if near / 32 < all { near / 32 } else { 0 };
         let mut asked = 0u32;
         for at in start..(start + words).min(all) {
-            let mut seen = self.words.get(at as usize).load(Ordering::Relaxed) & in_use(at, slots);
+            // Only the first `slots`, as in `take`.
+            let mut seen =
+                self.words.get(at as usize).load(Ordering::Relaxed) & valid_bits(at, slots);
             while seen != 0 {
                 if asked == checks {
                     return None;
@@ -206,17 +213,6 @@ impl<const WORDS: usize> EmptySlots<WORDS> {
             .iter(WORDS)
             .map(|w| w.load(Ordering::Relaxed).count_ones())
             .sum()
-    }
-}
-
-/// The bits of mark word `word` that are slots among the first `slots`:
-/// the last word in use may hold slots beyond them (a table the host
-/// shrank), which no scan visits (a review, 2026-12-08).
-#[inline(always)]
-fn in_use(word: u32, slots: u32) -> u32 {
-    match slots.saturating_sub(word * 32) {
-        left if left < 32 => (1u32 << left) - 1,
-        _ => u32::MAX,
     }
 }
 
