@@ -35,9 +35,9 @@
 //! cudarc copy does. A slice the program drops while work is queued stays
 //! allocated until the device's work queued by then ends, whether a launch
 //! has it by `arg(&slice)` or as an address from `device_ptr` (cudarc
-//! frees it on its stream, after the work queued before the drop). Every launch's lanes are bound to the heap that the
-//! module's `WARPALLOC_HEAP` links when the launch starts, as a GPU kernel
-//! reads that global.
+//! frees it on its stream, after the work queued before the drop). Every
+//! launch's lanes are bound to the heap that the module's `WARPALLOC_HEAP`
+//! links when the launch starts, as a GPU kernel reads that global.
 
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -377,12 +377,7 @@ impl CudaStream {
 
     /// `len` zeroed elements of device memory.
     pub fn alloc_zeros<T: bytemuck::Pod>(&self, len: usize) -> Result<CudaSlice<T>, HostError> {
-        let bytes = len
-            .checked_mul(size_of::<T>())
-            .ok_or(HostError::BufferTooLarge {
-                len,
-                element: size_of::<T>(),
-            })?;
+        let bytes = HostError::buffer_bytes::<T>(len)?;
         Ok(CudaSlice {
             memory: Arc::from(self.ctx.device.alloc_zeroed(bytes)?),
             len,

@@ -143,6 +143,16 @@ pub enum HostError {
 }
 
 impl HostError {
+    /// The bytes of a buffer of `len` elements of `T`; `BufferTooLarge`
+    /// when they overflow (both devices' buffer allocations).
+    pub(crate) fn buffer_bytes<T>(len: usize) -> Result<usize, HostError> {
+        len.checked_mul(size_of::<T>())
+            .ok_or(HostError::BufferTooLarge {
+                len,
+                element: size_of::<T>(),
+            })
+    }
+
     pub(crate) fn driver(call: &'static str) -> impl FnOnce(DriverError) -> HostError {
         move |source| HostError::Driver { call, source }
     }

@@ -135,12 +135,7 @@ impl Launcher {
 
     /// A zeroed buffer of `len` elements where kernels can reach it.
     pub fn alloc_zeroed<T: bytemuck::Pod>(&self, len: usize) -> Result<Buffer<T>, HostError> {
-        let bytes = len
-            .checked_mul(size_of::<T>())
-            .ok_or(HostError::BufferTooLarge {
-                len,
-                element: size_of::<T>(),
-            })?;
+        let bytes = HostError::buffer_bytes::<T>(len)?;
         Ok(Buffer {
             memory: self.device.alloc_zeroed(bytes)?,
             device: Arc::clone(&self.device),
