@@ -61,6 +61,25 @@ fn fill_of(stream: &CudaStream, out: &CudaSlice<u64>, value: u64) -> Fill {
     }
 }
 
+/// Queues on `s` a launch of `alloc_free` from a module of `ctx` that no
+/// heap serves: its malloc fails the launch, which `s`'s next
+/// `synchronize` reports.
+fn queue_an_unserved_launch(ctx: &Arc<CudaContext>, s: &CudaStream, stats: &mut CudaSlice<u64>) {
+    let unlinked = ctx
+        .load_module(Ptx::from_src(KERNELS_TESTS))
+        .expect("a module left unlinked");
+    let orphan = unlinked.load_function("alloc_free").expect("alloc_free");
+    // SAFETY: STATS_WORDS words of stats.
+    unsafe {
+        s.launch_builder(&orphan)
+            .arg(stats)
+            .arg(&64u32)
+            .arg(&2u32)
+            .launch(grid(1, 32))
+    }
+    .expect("queued: the error comes later");
+}
+
 fn grid(blocks: u32, threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (blocks, 1, 1),
@@ -176,19 +195,7 @@ fn launches_on_one_stream_run_in_order_and_report_errors_at_synchronize() {
     assert_eq!(live.live_allocations(), 0, "the frees ran first: {live:?}");
     // An error of a launch that was queued comes at the next synchronise:
     // a kernel of a module no heap serves, whose malloc fails its launch.
-    let unlinked = ctx
-        .load_module(Ptx::from_src(KERNELS_TESTS))
-        .expect("a module left unlinked");
-    let orphan = unlinked.load_function("alloc_free").expect("alloc_free");
-    // SAFETY: STATS_WORDS words of stats.
-    unsafe {
-        s.launch_builder(&orphan)
-            .arg(&mut st)
-            .arg(&64u32)
-            .arg(&2u32)
-            .launch(grid(1, 32))
-    }
-    .expect("queued: the error comes later");
+    queue_an_unserved_launch(&ctx, &s, &mut st);
     let failed = s.synchronize();
     assert!(
         matches!(&failed, Err(e) if e.to_string().contains("heap.link")),
@@ -422,21 +429,9 @@ fn a_failed_stream_launch_is_reported_by_the_context_and_repaired_by_the_heap() 
     // by no one.
     unsafe { slot.write(u64::from(u32::MAX)) };
     // A kernel of a module no heap serves: its malloc fails its launch.
-    let unlinked = ctx
-        .load_module(Ptx::from_src(KERNELS_TESTS))
-        .expect("a module left unlinked");
-    let orphan = unlinked.load_function("alloc_free").expect("alloc_free");
     let s = ctx.new_stream().expect("stream");
     let mut st = s.alloc_zeros::<u64>(STATS_WORDS).expect("buffer");
-    // SAFETY: STATS_WORDS words of stats.
-    unsafe {
-        s.launch_builder(&orphan)
-            .arg(&mut st)
-            .arg(&64u32)
-            .arg(&2u32)
-            .launch(grid(1, 32))
-    }
-    .expect("queued");
+    queue_an_unserved_launch(&ctx, &s, &mut st);
     assert!(s.synchronize().is_err(), "the stream reports it");
     let by_context = ctx.synchronize();
     assert!(
