@@ -43,7 +43,7 @@ pub(crate) fn unmarked(
 
 /// The first function defined in the textual IR `ir` whose body calls an
 /// `llvm.nvvm` warp collective and whose attributes lack `convergent`.
-pub(crate) fn first_unmarked(ir: &str) -> Option<String> {
+fn first_unmarked(ir: &str) -> Option<String> {
     // `attributes #N = { ... }`: which groups say `convergent`.
     let groups: BTreeMap<&str, bool> = ir
         .lines()
