@@ -372,6 +372,20 @@ const NVCC_FULL: &[&str] = &[
     "nvidia-cuda-runtime==13.0.88",
 ];
 
+/// The pinned nvcc (`nvcc_full`) compiling `source` to `out` for sm_90,
+/// C++17, against its own runtime, at optimisation `opt`: the GPU check's
+/// host programs (the baseline, the memcheck control).
+fn nvcc_sm90(opt: &str, source: &Path, out: &Path) -> Result<Command> {
+    let cuda = nvcc_full()?.join("nvidia/cu13");
+    let mut cmd = Command::new(cuda.join("bin/nvcc"));
+    cmd.args([opt, "-arch=sm_90", "-std=c++17"])
+        .arg(format!("-L{}", cuda.join("lib").display()))
+        .arg("-o")
+        .arg(out)
+        .arg(source);
+    Ok(cmd)
+}
+
 fn nvcc_full() -> Result<PathBuf> {
     let dir = ptxas::cache_dir()
         .context("no cache directory: set HOME, XDG_CACHE_HOME or WARPALLOC_CACHE_DIR")?
@@ -452,14 +466,7 @@ fn device_check(steps: &mut Steps, candidate: Option<&str>) -> Result<()> {
     steps.run("baseline", || {
         // Built here when the PyPI nvcc works; the GPU machine rebuilds it
         // with its own nvcc when it has one.
-        let dir = nvcc_full()?;
-        let cuda = dir.join("nvidia/cu13");
-        Command::new(cuda.join("bin/nvcc"))
-            .args(["-O3", "-arch=sm_90", "-std=c++17"])
-            .arg(format!("-L{}", cuda.join("lib").display()))
-            .arg("-o")
-            .arg(stage.join("baseline"))
-            .arg(stage.join("baseline.cu"))
+        nvcc_sm90("-O3", &stage.join("baseline.cu"), &stage.join("baseline"))?
             .output_ok()
             .context("compiling baseline.cu")?;
         Ok(())
@@ -535,15 +542,9 @@ fn vmm_control_alone(stage: &Path, shared: &Path) -> Result<()> {
         );
         return Ok(());
     }
-    let cuda = nvcc_full()?.join("nvidia/cu13");
     let out = stage.join("peers");
     std::fs::create_dir_all(&out)?;
-    Command::new(cuda.join("bin/nvcc"))
-        .args(["-O2", "-arch=sm_90", "-std=c++17"])
-        .arg(format!("-L{}", cuda.join("lib").display()))
-        .arg("-o")
-        .arg(out.join("vmm_control"))
-        .arg(&source)
+    nvcc_sm90("-O2", &source, &out.join("vmm_control"))?
         .arg("-ldl")
         .output_ok()
         .context("compiling the memcheck control (vmm_control.cu)")?;
