@@ -29,9 +29,8 @@
 use crate::guard::{
     MARK_WITHOUT_RELEASE, TAKE_CLEARS_BY_STORE, TAKE_MARK_WITHOUT_ACQUIRE, planted,
 };
-use crate::index::wrap;
+use crate::index::{valid_bits, wrap};
 use crate::simt::Scope;
-use crate::slab::valid_bits;
 use crate::sync::{AtomicU32, Ordering, SharedArray, fence};
 
 /// Slots whose slab went empty, as a bitmap over `WORDS · 32` slots

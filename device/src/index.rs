@@ -11,6 +11,17 @@ pub fn reduce(x: u32, n: u32) -> u32 {
     ((u64::from(x) * u64::from(n)) >> 32) as u32
 }
 
+/// The bits of 32-bit word `word` (of a bitmap) that lie below `count`:
+/// a slab's blocks below its `usable`, the `empties` marks of the slots
+/// below the table's count. The last word may be partial.
+#[inline(always)]
+pub fn valid_bits(word: u32, count: u32) -> u32 {
+    match count.saturating_sub(word * 32) {
+        left if left < 32 => (1u32 << left) - 1,
+        _ => u32::MAX,
+    }
+}
+
 /// `base + offset` wrapped into `0..n`, for `base < n` and `offset <= n`:
 /// one conditional subtraction.
 #[inline(always)]

@@ -18,7 +18,7 @@
 //! and cleared by exactly one (whose `fetch_and` turned it from 1 to 0).
 
 use crate::event::{Event, record};
-use crate::index::{OFFSET_BITS, divide, reduce, wrap};
+use crate::index::{OFFSET_BITS, divide, reduce, valid_bits, wrap};
 use crate::simt::{self, Scope};
 use crate::size_class::{
     Geometry, HEADER_BYTES, MAX_DATA_ALIGN, SLAB_SIZE, WORD_BITS, class_index, geometry,
@@ -733,15 +733,6 @@ fn runs_of(free: u32, n: u32) -> u32 {
         have += step;
     }
     runs
-}
-
-/// The bits of bitfield word `word` that are blocks: those below `usable`.
-#[inline(always)]
-pub(crate) fn valid_bits(word: u32, usable: u32) -> u32 {
-    match usable.saturating_sub(word * WORD_BITS) {
-        left if left < WORD_BITS => (1u32 << left) - 1,
-        _ => u32::MAX,
-    }
 }
 
 /// The first of `runs` (not 0) at or above bit `pref` (below 32), else

@@ -8,8 +8,9 @@
 
 use super::DeviceHeap;
 use crate::granule::Granule;
+use crate::index::valid_bits;
 use crate::size_class::{CLASS_COUNT, Geometry, HEADER_BYTES, SLAB_SHIFT, class_index};
-use crate::slab::{Header, MAGIC, valid_bits};
+use crate::slab::{Header, MAGIC};
 use crate::sync::Ordering;
 
 /// Where slab memory is read from.
